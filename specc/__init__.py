@@ -1,0 +1,52 @@
+"""specc: a compiler from declarative Transformer specs to runnable models and cost reports.
+
+Python API (heavy backends are imported on first use)::
+
+    spec = specc.load_spec("specs/gpt2.yaml", overrides=["blocks=2"])
+    graph = specc.lower(spec)
+    model = specc.build_torch(spec)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+from .errors import Diagnostic, SpecError
+from .ir.graph import LayerGraph
+from .ir.lower import lower
+from .spec.loader import load_spec
+
+__all__ = [
+    "Diagnostic",
+    "LayerGraph",
+    "SpecError",
+    "__version__",
+    "analyze",
+    "build_torch",
+    "export_onnx",
+    "load_spec",
+    "lower",
+]
+
+
+def build_torch(spec: Any, weights: Any = None, device: Any = None, dtype: Any = None) -> Any:
+    """``torch.nn.Module`` for a spec; state_dict keys equal the IR scope names."""
+    from .backends.torch.build import build_torch as impl
+
+    return impl(spec, weights=weights, device=device, dtype=dtype)
+
+
+def export_onnx(spec: Any, path: Any, weights: Any = None, **options: Any) -> Any:
+    """Write an ONNX model with one fused attention node per attention layer."""
+    from .backends.onnx.export import export_onnx as impl
+
+    return impl(spec, path, weights=weights, **options)
+
+
+def analyze(spec: Any, batch: int = 1, seq: int | None = None, dtype: str | None = None, **options: Any) -> Any:
+    """Cost report (parameters, FLOPs, memory) computed from the IR; ``.to_dict()`` gives the JSON form."""
+    from .analysis.report import analyze as impl
+
+    return impl(spec, batch=batch, seq=seq, dtype=dtype, **options)

@@ -1,0 +1,205 @@
+"""Cross-field rules. Each rule has its own message, the path of the key to blame and a hint.
+
+All violated rules are raised together as one ``RuleViolations`` (a ValueError, so pydantic keeps it as the
+``ctx["error"]`` of a ``value_error`` and the loader can map every path back to a file position).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import resolve
+from .schema import (
+    MAX_WIDTH,
+    EncoderDecoderSpec,
+    MoEMLP,
+    RNNSeq2SeqSpec,
+    ViTSpec,
+    _Base,
+    _TextModel,
+    _Transformer,
+)
+
+Path = tuple[str | int, ...]
+
+# A spec whose weights alone pass this many parameters is a typo, not a model (GPT-3 is 1.75e11).
+MAX_PARAMS = 10**14
+
+
+@dataclass(frozen=True)
+class Violation:
+    path: Path
+    message: str
+    hint: str | None = None
+
+
+class RuleViolations(ValueError):
+    def __init__(self, violations: list[Violation]):
+        self.violations = violations
+        super().__init__("; ".join(v.message for v in violations))
+
+
+def check(spec: _Base) -> None:
+    found = list(violations(spec))
+    if found:
+        raise RuleViolations(found)
+
+
+def violations(spec: _Base) -> Any:
+    if isinstance(spec, _Transformer):
+        yield from _attention(spec)
+        yield from _mlp(spec)
+        yield from _position(spec)
+        yield from _size(spec)
+    if isinstance(spec, ViTSpec):
+        yield from _vit(spec)
+    if isinstance(spec, EncoderDecoderSpec):
+        yield from _encoder_decoder(spec)
+    if isinstance(spec, RNNSeq2SeqSpec):
+        yield from _rnn(spec)
+
+
+def _attention(spec: _Transformer) -> Any:
+    a = spec.attention
+    mask = resolve.mask(spec)
+    if a.head_dim is None and spec.d_model % a.heads:
+        lo = max(d for d in range(1, a.heads + 1) if spec.d_model % d == 0)
+        yield Violation(
+            ("attention", "heads"),
+            f"d_model {spec.d_model} is not divisible by heads {a.heads}",
+            f"use heads: {lo} (a divisor of {spec.d_model}), or set attention.head_dim explicitly",
+        )
+    kv = resolve.kv_heads(spec)
+    if a.heads % kv:
+        yield Violation(
+            ("attention", "kv_heads"),
+            f"heads {a.heads} is not divisible by kv_heads {kv}",
+            "each K/V head serves a whole group of query heads: pick kv_heads dividing heads (1 = MQA)",
+        )
+    if mask == "sliding_window" and a.window is None:
+        yield Violation(("attention", "mask"), "mask sliding_window needs attention.window", "add window: 4096")
+    if a.window is not None and mask != "sliding_window":
+        yield Violation(
+            ("attention", "window"),
+            f"attention.window is only used with mask sliding_window (mask is {mask})",
+            "set mask: sliding_window or remove window",
+        )
+    if mask == "prefix" and a.prefix is None:
+        yield Violation(("attention", "mask"), "mask prefix needs attention.prefix", "add prefix: <length>")
+    if a.prefix is not None and mask != "prefix":
+        yield Violation(
+            ("attention", "prefix"),
+            f"attention.prefix is only used with mask prefix (mask is {mask})",
+            "set mask: prefix or remove prefix",
+        )
+    if isinstance(spec, _TextModel) and a.window is not None and a.window > spec.context:
+        yield Violation(
+            ("attention", "window"),
+            f"window {a.window} is longer than context {spec.context}",
+            "a window that covers the whole context is a plain causal mask: use mask: causal",
+        )
+    if isinstance(spec, _TextModel) and a.prefix is not None and a.prefix > spec.context:
+        yield Violation(("attention", "prefix"), f"prefix {a.prefix} is longer than context {spec.context}")
+
+
+def _mlp(spec: _Transformer) -> Any:
+    m = spec.mlp
+    if isinstance(m, MoEMLP) and m.active > m.experts:
+        yield Violation(
+            ("mlp", "active"),
+            f"active experts {m.active} > experts {m.experts}",
+            f"each token is routed to at most all experts: use active ≤ {m.experts}",
+        )
+
+
+def _position(spec: _Transformer) -> Any:
+    p = spec.position
+    hd = resolve.head_dim(spec)
+    if p.type == "rotary":
+        rotated = int(hd * p.fraction)
+        if rotated < 2 or rotated % 2:
+            yield Violation(
+                ("position", "fraction") if p.fraction != 1.0 else ("position", "type"),
+                f"rotary needs an even number of rotated dims, but head_dim {hd} × fraction {p.fraction} = "
+                f"{hd * p.fraction:g}",
+                "choose head_dim (d_model / heads) and fraction so that their product is an even integer",
+            )
+    is_vit = isinstance(spec, ViTSpec)
+    if p.type in ("learned_2d", "sinusoidal_2d") and not is_vit:
+        yield Violation(
+            ("position", "type"),
+            f"position {p.type} is for ViT patch grids, not for kind {_kind(spec)}",
+            "use learned, sinusoidal, rotary or none",
+        )
+    if p.type == "sinusoidal_2d" and is_vit and spec.d_model % 4:
+        yield Violation(("position", "type"), f"sinusoidal_2d needs d_model divisible by 4, got {spec.d_model}")
+    if p.type == "sinusoidal" and spec.d_model % 2:
+        yield Violation(("position", "type"), f"sinusoidal positions need an even d_model, got {spec.d_model}")
+
+
+def _size(spec: _Transformer) -> Any:
+    hd = resolve.head_dim(spec)
+    if spec.attention.heads * hd > MAX_WIDTH:
+        yield Violation(("attention", "head_dim"), f"heads × head_dim = {spec.attention.heads * hd} is absurdly wide")
+    # A cheap upper bound of the weights; refuses specs that no machine could hold.
+    layers = spec.blocks.encoder + spec.blocks.decoder if isinstance(spec, EncoderDecoderSpec) else spec.blocks
+    width = max(resolve.mlp_hidden(spec), spec.d_model)
+    experts = spec.mlp.experts if isinstance(spec.mlp, MoEMLP) else 1
+    estimate = layers * (4 * spec.d_model * spec.attention.heads * hd + 3 * experts * spec.d_model * width)
+    if estimate > MAX_PARAMS:
+        yield Violation(
+            ("blocks",),
+            f"this spec has about {estimate:.2e} parameters, more than the {MAX_PARAMS:.0e} specc accepts",
+            "check d_model, blocks, mlp.hidden and mlp.experts for a typo",
+        )
+
+
+def _vit(spec: ViTSpec) -> Any:
+    im = spec.image
+    if im.patch > im.size:
+        yield Violation(("image", "patch"), f"patch {im.patch} is larger than image {im.size}")
+    elif im.size % im.patch:
+        near = [p for p in range(1, im.size + 1) if im.size % p == 0]
+        best = min(near, key=lambda p: abs(p - im.patch))
+        yield Violation(
+            ("image", "patch"),
+            f"image {im.size} is not divisible by patch {im.patch}",
+            f"use patch: {best} or an image size that is a multiple of {im.patch}",
+        )
+    if resolve.mask(spec) in ("causal", "sliding_window", "prefix"):
+        yield Violation(
+            ("attention", "mask"),
+            f"a {resolve.mask(spec)} mask on a ViT classifier is refused: every patch may attend to every patch",
+            "use mask: none",
+        )
+
+
+def _encoder_decoder(spec: EncoderDecoderSpec) -> Any:
+    if spec.shared_embeddings and spec.target_vocab_size not in (None, spec.vocab_size):
+        yield Violation(
+            ("target_vocab_size",),
+            f"shared_embeddings needs one vocabulary, but target_vocab_size {spec.target_vocab_size} != "
+            f"vocab_size {spec.vocab_size}",
+            "set shared_embeddings: false or drop target_vocab_size",
+        )
+    if resolve.mask(spec) not in ("none", "padding"):
+        yield Violation(
+            ("attention", "mask"),
+            f"attention.mask {resolve.mask(spec)} applies to the encoder; the decoder is always causal",
+            "use mask: none (or padding) for an encoder-decoder",
+        )
+
+
+def _rnn(spec: RNNSeq2SeqSpec) -> Any:
+    r = spec.rnn
+    if r.attention == "luong_dot" and r.bidirectional:
+        yield Violation(
+            ("rnn", "attention"),
+            "luong_dot scores s·h need equal widths, but a bidirectional encoder doubles h",
+            "use luong_general or bahdanau, or bidirectional: false",
+        )
+
+
+def _kind(spec: _Base) -> str:
+    return getattr(spec, "kind", type(spec).__name__)

@@ -1,0 +1,282 @@
+"""The spec language: pydantic v2 models, one per architecture family.
+
+Shortcut forms (``bias: true``, ``position: rotary``, ``blocks: 6`` for both stacks, ``dropout: 0.1``) are
+normalised by before-validators so that every consumer sees one canonical shape. Cross-field rules live in
+``rules.py`` and run from each family's after-validator, so the Python API and the YAML loader enforce the
+same rules.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, model_validator
+
+# Generous but finite: a typo like d_model: 7680000 is an error, not an allocation attempt.
+MAX_WIDTH = 1 << 17  # 131072
+MAX_BLOCKS = 1024
+MAX_VOCAB = 1 << 24
+MAX_CONTEXT = 1 << 24
+MAX_HEADS = 4096
+MAX_EXPERTS = 4096
+
+# Integers and booleans are strict (``blocks: true`` or ``bias: 1`` is a mistake, not a value); floats stay
+# lax because YAML 1.1 reads ``1e-5`` as a string.
+SInt = Annotated[int, Strict()]
+SBool = Annotated[bool, Strict()]
+Dtype = Literal["fp32", "fp16", "bf16"]
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+
+
+def _all_flags(fields: tuple[str, ...]):
+    def expand(v: Any) -> Any:
+        return dict.fromkeys(fields, v) if isinstance(v, bool) else v
+
+    return expand
+
+
+def _typed_shortcut(v: Any) -> Any:
+    """``position: rotary`` → ``{type: rotary}``."""
+    return {"type": v} if isinstance(v, str) else v
+
+
+def _dropout_shortcut(v: Any) -> Any:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return {"embedding": v, "attention": v, "residual": v}
+    return v
+
+
+# ---------------------------------------------------------------------------------------------- parts
+
+
+class BiasFlags(_Strict):
+    """Which layers carry an additive bias."""
+
+    qkv: SBool = Field(True, description="bias on the Q/K/V projections")
+    out: SBool = Field(True, description="bias on the attention output projection")
+    mlp: SBool = Field(True, description="bias on the MLP / expert projections")
+    norm: SBool = Field(True, description="bias (beta) on LayerNorm; RMSNorm never has one")
+    head: SBool = Field(False, description="bias on the LM / classifier head")
+
+
+Bias = Annotated[
+    BiasFlags,
+    BeforeValidator(_all_flags(("qkv", "out", "mlp", "norm", "head")), json_schema_input_type=Union[bool, BiasFlags]),
+]
+
+
+class Dropout(_Strict):
+    embedding: float = Field(0.0, ge=0.0, lt=1.0)
+    attention: float = Field(0.0, ge=0.0, lt=1.0)
+    residual: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+DropoutField = Annotated[Dropout, BeforeValidator(_dropout_shortcut, json_schema_input_type=Union[float, Dropout])]
+
+
+class Attention(_Strict):
+    heads: SInt = Field(..., ge=1, le=MAX_HEADS, description="query heads H")
+    kv_heads: SInt | None = Field(None, ge=1, le=MAX_HEADS, description="K/V heads (GQA/MQA); default H")
+    head_dim: SInt | None = Field(None, ge=1, le=MAX_WIDTH, description="D_H; default d_model / heads")
+    mask: Literal["causal", "none", "padding", "sliding_window", "prefix"] | None = Field(
+        None,
+        description="self-attention visibility (default: causal for decoders, none otherwise); padding masks "
+        "also come from attention_mask at run time",
+    )
+    window: SInt | None = Field(None, ge=1, le=MAX_CONTEXT, description="sliding_window: keys visible behind")
+    prefix: SInt | None = Field(None, ge=1, le=MAX_CONTEXT, description="prefix: bidirectional prefix length")
+    scale: float | None = Field(None, gt=0, description="score scale; default 1/sqrt(head_dim)")
+
+
+class Norm(_Strict):
+    type: Literal["layernorm", "rmsnorm"] = "layernorm"
+    placement: Literal["pre", "post"] = "pre"
+    eps: float = Field(1e-5, gt=0, lt=1)
+    final: SBool | None = Field(None, description="norm after the last block; default: true for pre, false for post")
+    embedding: SBool = Field(False, description="norm after the embedding sum (BERT)")
+
+
+class ClassicMLP(_Strict):
+    type: Literal["classic"] = "classic"
+    hidden: SInt | None = Field(None, ge=1, le=16 * MAX_WIDTH, description="default 4·d_model")
+    activation: Activation = "gelu"
+
+
+class SwiGLUMLP(_Strict):
+    type: Literal["swiglu"] = "swiglu"
+    hidden: SInt | None = Field(None, ge=1, le=16 * MAX_WIDTH, description="default 8·d_model/3 rounded up")
+    multiple_of: SInt = Field(256, ge=1, le=1 << 16, description="round the default hidden size up to this")
+    activation: Activation = "silu"
+
+
+class Router(_Strict):
+    normalize: SBool = Field(True, description="renormalise the top-A gate weights to sum to 1")
+    aux_loss_coef: float = Field(0.01, ge=0.0, description="load-balancing loss weight (training)")
+    jitter: float = Field(0.0, ge=0.0, lt=1.0, description="multiplicative input jitter (training)")
+
+
+class MoEMLP(_Strict):
+    type: Literal["moe"] = "moe"
+    experts: SInt = Field(..., ge=1, le=MAX_EXPERTS, description="E")
+    active: SInt = Field(..., ge=1, le=MAX_EXPERTS, description="A: experts each token is routed to")
+    expert: Literal["classic", "swiglu"] = "swiglu"
+    hidden: SInt | None = Field(None, ge=1, le=16 * MAX_WIDTH, description="expert hidden size")
+    multiple_of: SInt = Field(256, ge=1, le=1 << 16)
+    activation: Activation | None = Field(None, description="default: silu for swiglu, gelu for classic")
+    router: Router = Field(default_factory=Router)
+
+
+MLP = Annotated[
+    Annotated[ClassicMLP | SwiGLUMLP | MoEMLP, Field(discriminator="type")],
+    BeforeValidator(_typed_shortcut, json_schema_input_type=Union[str, ClassicMLP, SwiGLUMLP, MoEMLP]),
+]
+
+
+class Position(_Strict):
+    type: Literal["learned", "sinusoidal", "rotary", "none", "learned_2d", "sinusoidal_2d"] = "learned"
+    theta: float = Field(10000.0, gt=0, description="rotary base")
+    fraction: float = Field(1.0, gt=0, le=1.0, description="rotary: fraction of head_dim rotated")
+
+
+PositionField = Annotated[Position, BeforeValidator(_typed_shortcut, json_schema_input_type=Union[str, Position])]
+
+
+class Init(_Strict):
+    std: float = Field(0.02, gt=0, le=10)
+    scaled_residual: SBool = Field(True, description="scale residual output projections by 1/sqrt(2·layers)")
+    seed: SInt = Field(0, ge=0)
+
+
+class Image(_Strict):
+    size: SInt = Field(..., ge=1, le=1 << 15)
+    patch: SInt = Field(..., ge=1, le=1 << 15)
+    channels: SInt = Field(3, ge=1, le=1 << 12)
+
+
+class StackBlocks(_Strict):
+    encoder: SInt = Field(..., ge=1, le=MAX_BLOCKS)
+    decoder: SInt = Field(..., ge=1, le=MAX_BLOCKS)
+
+
+def _both_stacks(v: Any) -> Any:
+    return {"encoder": v, "decoder": v} if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+Blocks = Annotated[StackBlocks, BeforeValidator(_both_stacks, json_schema_input_type=Union[int, StackBlocks])]
+
+
+class RNN(_Strict):
+    cell: Literal["gru", "lstm", "rnn"] = "gru"
+    hidden: SInt = Field(..., ge=1, le=MAX_WIDTH)
+    embed: SInt | None = Field(None, ge=1, le=MAX_WIDTH, description="embedding size; default hidden")
+    layers: SInt = Field(1, ge=1, le=64)
+    bidirectional: SBool = Field(False, description="bidirectional encoder")
+    attention: Literal["none", "bahdanau", "luong_dot", "luong_general"] = "bahdanau"
+    attention_dim: SInt | None = Field(None, ge=1, le=MAX_WIDTH, description="Bahdanau score width; default hidden")
+
+
+# ---------------------------------------------------------------------------------------------- families
+
+
+class _Base(_Strict):
+    extends: str | None = Field(None, description="preset name or path of a spec to inherit; resolved on load")
+    name: str = Field(..., min_length=1, max_length=200)
+    description: str | None = None
+    source: str | None = Field(None, description="where the numbers come from")
+    dtype: Dtype = "fp32"
+    init: Init = Field(default_factory=Init)
+    dropout: DropoutField = Field(default_factory=Dropout)
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> Any:
+        from .rules import check
+
+        check(self)
+        return self
+
+
+class _Transformer(_Base):
+    d_model: SInt = Field(..., ge=1, le=MAX_WIDTH, description="model width D")
+    attention: Attention
+    norm: Norm = Field(default_factory=Norm)
+    mlp: MLP = Field(default_factory=ClassicMLP)
+    position: PositionField = Field(default_factory=Position)
+    bias: Bias = Field(default_factory=BiasFlags)
+    embedding_scale: float | Literal["sqrt_d_model"] | None = Field(
+        None, description="multiply token embeddings by this (original Transformer: sqrt_d_model)"
+    )
+
+
+class _TextModel(_Transformer):
+    vocab_size: SInt = Field(..., ge=1, le=MAX_VOCAB)
+    context: SInt = Field(..., ge=1, le=MAX_CONTEXT, description="maximum sequence length N")
+    tie_embeddings: SBool = True
+
+
+class DecoderSpec(_TextModel):
+    """Decoder-only language model (GPT-2/3, LLaMA, Mixtral)."""
+
+    kind: Literal["decoder"]
+    blocks: SInt = Field(..., ge=1, le=MAX_BLOCKS)
+
+
+class EncoderSpec(_TextModel):
+    """Encoder-only model (BERT): bidirectional, token types, MLM or pooled head."""
+
+    kind: Literal["encoder"]
+    blocks: SInt = Field(..., ge=1, le=MAX_BLOCKS)
+    type_vocab_size: SInt = Field(0, ge=0, le=1 << 16, description="token-type embeddings (0: none)")
+    head: Literal["mlm", "pooled", "none"] = "mlm"
+    head_activation: Activation = Field("gelu", description="activation of the MLM transform")
+
+
+class EncoderDecoderSpec(_TextModel):
+    """Encoder-decoder (original Transformer): cross-attention from decoder to encoder."""
+
+    kind: Literal["encoder_decoder"]
+    blocks: Blocks
+    target_vocab_size: SInt | None = Field(None, ge=1, le=MAX_VOCAB, description="default vocab_size")
+    shared_embeddings: SBool = Field(True, description="one embedding table for source and target")
+
+
+class ViTSpec(_Transformer):
+    """Vision Transformer: patch embedding, 2-D positions, mean-pool or class token."""
+
+    kind: Literal["vit"]
+    blocks: SInt = Field(..., ge=1, le=MAX_BLOCKS)
+    image: Image
+    pooling: Literal["mean", "cls"] = "cls"
+    classes: SInt = Field(..., ge=1, le=MAX_VOCAB)
+
+
+class RNNSeq2SeqSpec(_Base):
+    """RNN encoder-decoder, fixed context or Bahdanau / Luong attention."""
+
+    kind: Literal["rnn_seq2seq"]
+    vocab_size: SInt = Field(..., ge=1, le=MAX_VOCAB)
+    target_vocab_size: SInt | None = Field(None, ge=1, le=MAX_VOCAB)
+    context: SInt = Field(512, ge=1, le=MAX_CONTEXT, description="longest sequence used for analysis")
+    rnn: RNN
+
+
+Spec = Annotated[DecoderSpec | EncoderSpec | EncoderDecoderSpec | ViTSpec | RNNSeq2SeqSpec, Field(discriminator="kind")]
+SpecModel = Union[DecoderSpec, EncoderSpec, EncoderDecoderSpec, ViTSpec, RNNSeq2SeqSpec]
+SPEC_ADAPTER: TypeAdapter[SpecModel] = TypeAdapter(Spec)
+FAMILIES: dict[str, type[BaseModel]] = {
+    "decoder": DecoderSpec,
+    "encoder": EncoderSpec,
+    "encoder_decoder": EncoderDecoderSpec,
+    "vit": ViTSpec,
+    "rnn_seq2seq": RNNSeq2SeqSpec,
+}
+
+
+def json_schema() -> dict[str, Any]:
+    schema = SPEC_ADAPTER.json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "specc architecture spec"
+    return schema
