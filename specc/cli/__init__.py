@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import traceback
 
-import click
+import typer
 
 from ..errors import SpecError
 from . import (  # noqa: F401  (each module registers its commands on ``app``)
@@ -19,6 +19,11 @@ from . import (  # noqa: F401  (each module registers its commands on ``app``)
 )
 from .app import app, err, state
 
+try:  # typer ≥ 0.20 carries its own copy of click
+    from typer._click.exceptions import ClickException as _UsageError
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import ClickException as _UsageError
+
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI in-process and return its exit code (used by ``main`` and the tests)."""
@@ -26,12 +31,12 @@ def run(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, prog_name="specc", standalone_mode=False)
         return 0
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         return e.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         err.print("aborted")
         return 130
-    except click.ClickException as e:
+    except _UsageError as e:  # bad flags or arguments: click's own message, exit 2
         e.show()
         return 2
     except SpecError as e:

@@ -160,13 +160,13 @@ def _build(node: Any, path: Key, file: str, locs: dict[Key, Loc], errors: list[D
         out: dict[str, Any] = {}
         for k_node, v_node in node.value:
             here = _mark(file, k_node.start_mark)
+            if isinstance(k_node, yaml.ScalarNode) and k_node.value == "<<":
+                errors.append(here.diag("YAML merge keys (<<) are not allowed", "use `extends:`"))
+                continue
             if not isinstance(k_node, yaml.ScalarNode) or k_node.tag != "tag:yaml.org,2002:str":
                 errors.append(here.diag("keys must be plain names", "write `name: value`"))
                 continue
             key = k_node.value
-            if key == "<<":
-                errors.append(here.diag("YAML merge keys (<<) are not allowed", "use `extends:`"))
-                continue
             if key in out:
                 first = locs[(*path, key)]
                 errors.append(

@@ -1,0 +1,115 @@
+"""Presets validate and lower; graph invariants; published parameter counts; lowering speed."""
+
+from __future__ import annotations
+
+import time
+
+import networkx as nx
+import pytest
+
+from specc.ir.lower import lower
+from specc.spec.loader import load_spec
+from specc.spec.presets import preset_names, presets_dir
+
+SPECS = presets_dir()
+
+PRESETS = preset_names()
+EXPECTED_PRESETS = {
+    "transformer-base", "transformer-big", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "vit-b16",
+    "bert-base", "llama2-7b", "mixtral-8x7b", "gru-bahdanau",
+}
+
+
+def test_every_required_preset_exists_with_a_source_comment() -> None:
+    assert set(PRESETS) >= EXPECTED_PRESETS
+    for name in PRESETS:
+        text = (SPECS / f"{name}.yaml").read_text()
+        assert "Source:" in text, f"{name}.yaml has no source comment"
+        assert load_spec(name).source, f"{name}.yaml has no source: key"
+
+
+@pytest.mark.parametrize(
+    ("preset", "params"),
+    [
+        ("gpt2", 124_439_808),
+        ("gpt2-medium", 354_823_168),
+        ("gpt2-large", 774_030_080),
+        ("gpt2-xl", 1_557_611_200),
+        ("vit-b16", 86_567_656),  # timm / HF ViTForImageClassification at 224, 1000 classes
+        ("bert-base", 109_514_298),  # HF BertForMaskedLM (tied decoder, with its bias)
+        ("llama2-7b", 6_738_415_616),
+        ("mixtral-8x7b", 46_702_792_704),
+    ],
+)
+def test_published_parameter_counts(preset: str, params: int) -> None:
+    assert lower(load_spec(preset)).num_params() == params
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_graph_invariants(preset: str) -> None:
+    g = lower(load_spec(preset))
+    assert nx.is_directed_acyclic_graph(g.graph)
+    names = [op.name for op in g.ops()]
+    assert len(names) == len(set(names))  # unique scope names
+    # insertion order is a topological order: every input is defined before use
+    seen = set(g.inputs)
+    for op in g.ops():
+        assert set(op.inputs) <= seen, op.name
+        seen.add(op.name)
+    # every parameter is owned by exactly one op; tied ops point at an existing owner
+    owners: dict[str, str] = {}
+    for op in g.ops():
+        for full in op.param_names().values():
+            assert full not in owners
+            owners[full] = op.name
+        tied = op.attrs.get("tied_to")
+        if tied:
+            assert tied in owners, (op.name, tied)
+            assert "weight" not in op.params
+    assert set(g.outputs.values()) <= set(names)
+    assert all(isinstance(d, (int, str)) for op in g.ops() for d in op.shape)
+
+
+def test_gpt3_lowers_fast_without_tensors() -> None:
+    spec = load_spec("gpt3-175b")
+    start = time.perf_counter()
+    g = lower(spec)
+    elapsed = time.perf_counter() - start
+    assert g.num_params() == 174_604_259_328
+    assert elapsed < 0.5, elapsed
+    assert len(g.layers()) == 96
+
+
+def test_tied_head_and_shared_embeddings() -> None:
+    g = lower(load_spec("transformer-base"))
+    assert g.op("decoder.embed").attrs["tied_to"] == "encoder.embed.weight"
+    assert g.op("lm_head").attrs["tied_to"] == "encoder.embed.weight"
+    g = lower(load_spec("llama2-7b"))
+    assert "weight" in g.op("lm_head").params
+
+
+def test_symbolic_shapes() -> None:
+    g = lower(load_spec("transformer-base"))
+    assert g.op("decoder.blocks.0.cross_attn.core").shape == ("B", "N_dec", 512)
+    assert g.op("encoder.blocks.0.attn.qkv").shape == ("B", "N", 1536)
+    g = lower(load_spec("vit-b16"))
+    assert g.op("cls_token").shape == ("B", 197, 768)
+    assert g.outputs["logits"] == "head" and g.op("head").shape == ("B", 1000)
+
+
+def test_gqa_packed_qkv_width() -> None:
+    g = lower(load_spec("mixtral-8x7b"))
+    qkv = g.op("blocks.0.attn.qkv")
+    assert qkv.params["weight"].shape == ((32 + 2 * 8) * 128, 4096)
+    core = g.op("blocks.0.attn.core").attrs
+    assert (core["heads"], core["kv_heads"], core["rope_dims"], core["rope_theta"]) == (32, 8, 128, 1e6)
+
+
+def test_post_norm_block_order() -> None:
+    g = lower(load_spec("bert-base"))
+    # post-norm: norm1 reads the residual sum; the next sublayer reads norm1
+    assert g.op("blocks.0.norm1").inputs == ("blocks.0.add_attn",)
+    assert g.op("blocks.0.mlp.fc1").inputs == ("blocks.0.norm1",)
+    g = lower(load_spec("gpt2"))
+    assert g.op("blocks.0.attn.qkv").inputs == ("blocks.0.norm1",)
+    assert g.op("blocks.0.add_attn").inputs == ("pos", "blocks.0.attn.out")

@@ -1,0 +1,153 @@
+"""The spec schema: shortcut forms, defaults, and every cross-field rule with its own message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from specc.errors import SpecError
+from specc.spec import resolve
+from specc.spec.loader import load_spec
+
+TINY: dict[str, Any] = {
+    "name": "tiny",
+    "kind": "decoder",
+    "vocab_size": 97,
+    "context": 64,
+    "d_model": 32,
+    "blocks": 2,
+    "attention": {"heads": 4},
+}
+
+
+def spec(**changes: Any) -> Any:
+    d = {**TINY, **changes}
+    return load_spec(d)
+
+
+def error_of(**changes: Any) -> str:
+    with pytest.raises(SpecError) as e:
+        spec(**changes)
+    return e.value.format()
+
+
+def test_defaults_resolve() -> None:
+    s = spec()
+    assert resolve.mask(s) == "causal"  # decoders default to causal
+    assert resolve.head_dim(s) == 8
+    assert resolve.kv_heads(s) == 4
+    assert resolve.mlp_hidden(s) == 128
+    assert resolve.final_norm(s) is True
+    assert s.bias.head is False
+
+
+def test_shortcuts_normalise() -> None:
+    s = spec(bias=False, position="rotary", mlp="swiglu", dropout=0.1)
+    assert not any(s.bias.model_dump().values())
+    assert s.position.type == "rotary" and s.position.theta == 10000.0
+    assert s.mlp.type == "swiglu"
+    assert s.dropout.attention == 0.1 and s.dropout.residual == 0.1
+
+
+def test_swiglu_hidden_rounds_up_to_multiple() -> None:
+    s = spec(d_model=4096, attention={"heads": 32}, mlp={"type": "swiglu", "multiple_of": 256})
+    assert resolve.mlp_hidden(s) == 11008  # LLaMA-7B: 8·4096/3 = 10922.67 → 11008
+    s = spec(mlp={"type": "swiglu", "multiple_of": 1})
+    assert resolve.mlp_hidden(s) == 85
+
+
+def test_encoder_decoder_blocks_shortcut() -> None:
+    s = load_spec({**TINY, "kind": "encoder_decoder", "blocks": 3})
+    assert (s.blocks.encoder, s.blocks.decoder) == (3, 3)
+    s = load_spec({**TINY, "kind": "encoder_decoder", "blocks": {"encoder": 2, "decoder": 5}})
+    assert (s.blocks.encoder, s.blocks.decoder) == (2, 5)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"d_model": 30}, "d_model 30 is not divisible by heads 4"),
+        ({"attention": {"heads": 4, "kv_heads": 3}}, "heads 4 is not divisible by kv_heads 3"),
+        ({"mlp": {"type": "moe", "experts": 2, "active": 3}}, "active experts 3 > experts 2"),
+        ({"attention": {"heads": 4, "head_dim": 5}, "position": "rotary"}, "rotary needs an even number"),
+        ({"attention": {"heads": 4, "mask": "sliding_window"}}, "mask sliding_window needs attention.window"),
+        ({"attention": {"heads": 4, "window": 8}}, "attention.window is only used with mask sliding_window"),
+        ({"attention": {"heads": 4, "mask": "prefix"}}, "mask prefix needs attention.prefix"),
+        ({"attention": {"heads": 4, "mask": "sliding_window", "window": 100}}, "window 100 is longer than context"),
+        ({"position": "learned_2d"}, "position learned_2d is for ViT patch grids"),
+        ({"d_model": 1 << 17, "blocks": 1000, "attention": {"heads": 8}}, "parameters, more than"),
+    ],
+)
+def test_cross_field_rules(changes: dict[str, Any], message: str) -> None:
+    assert message in error_of(**changes)
+
+
+def test_vit_rules() -> None:
+    vit = {**TINY, "kind": "vit", "image": {"size": 224, "patch": 14 + 1}, "classes": 10}
+    del vit["vocab_size"], vit["context"]
+    with pytest.raises(SpecError) as e:
+        load_spec(vit)
+    assert "image 224 is not divisible by patch 15" in e.value.format()
+    assert "use patch: 14" in e.value.format() or "use patch: 16" in e.value.format()
+    vit["image"] = {"size": 32, "patch": 8}
+    vit["attention"] = {"heads": 4, "mask": "causal"}
+    with pytest.raises(SpecError) as e:
+        load_spec(vit)
+    assert "causal mask on a ViT classifier is refused" in e.value.format()
+
+
+def test_all_rule_violations_reported_together() -> None:
+    text = error_of(d_model=30, attention={"heads": 4, "kv_heads": 3}, mlp={"type": "moe", "experts": 2, "active": 3})
+    assert text.count("error:") == 3
+
+
+def test_encoder_decoder_vocab_rule() -> None:
+    with pytest.raises(SpecError, match="shared_embeddings needs one vocabulary"):
+        load_spec({**TINY, "kind": "encoder_decoder", "blocks": 1, "target_vocab_size": 50})
+
+
+def test_rnn_rules() -> None:
+    rnn = {"name": "r", "kind": "rnn_seq2seq", "vocab_size": 20, "rnn": {"hidden": 8, "bidirectional": True,
+                                                                       "attention": "luong_dot"}}
+    with pytest.raises(SpecError, match="luong_dot scores"):
+        load_spec(rnn)
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"blocks": 0}, "blocks must be ≥ 1, got 0"),
+        ({"blocks": -3}, "blocks must be ≥ 1, got -3"),
+        ({"blocks": True}, "blocks: expected a whole number, got True"),
+        ({"blocks": 2.5}, "blocks: expected a whole number"),
+        ({"d_model": 10**12}, "d_model must be ≤"),
+        ({"vocab_size": "many"}, "vocab_size: expected a whole number"),
+        ({"norm": {"eps": float("nan")}}, "norm.eps: expected a finite number"),
+        ({"norm": {"eps": -1.0}}, "norm.eps must be > 0"),
+        ({"tie_embeddings": "yes please"}, "tie_embeddings: expected true or false"),
+        ({"attention": {"heads": 4, "mask": "casual"}}, "did you mean 'causal'?"),
+        ({"mlp": {"type": "swiglue"}}, "did you mean 'swiglu'?"),
+        ({"kind": "decoderr"}, "did you mean 'decoder'?"),
+        ({"bais": True}, "did you mean 'bias'?"),
+        ({"image": {"size": 8, "patch": 4}}, "'image' belongs to kind vit"),
+    ],
+)
+def test_field_errors(changes: dict[str, Any], fragment: str) -> None:
+    assert fragment in error_of(**changes)
+
+
+def test_missing_keys() -> None:
+    d = dict(TINY)
+    del d["d_model"]
+    with pytest.raises(SpecError, match="missing required key 'd_model'"):
+        load_spec(d)
+    d = dict(TINY)
+    del d["kind"]
+    with pytest.raises(SpecError, match="missing required key 'kind'"):
+        load_spec(d)
+
+
+def test_float_strings_from_yaml_are_accepted() -> None:
+    # YAML 1.1 reads `1e-5` (no dot) as a string; specs written that way must still work.
+    assert spec(norm={"eps": "1e-5"}).norm.eps == 1e-5
