@@ -1,3 +1,188 @@
-"""Commands of this group are registered on ``app`` here (see specc/cli/__init__.py)."""
+"""analyze, compare: cost reports from the IR (parameters, FLOPs, memory, sweeps, plots, roofline)."""
 
 from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any
+
+import typer
+
+from ..errors import SpecError
+from .app import SetOpt, SpecArg, app, err, load, out
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    markdown = "markdown"
+
+
+class Dtype(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+class Recompute(str, Enum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="batch size B")]
+SeqOpt = Annotated[int | None, typer.Option("--seq", "-n", min=1, help="sequence length N (default: the context)")]
+DecSeqOpt = Annotated[int | None, typer.Option("--dec-seq", min=1, help="decoder length N_dec (default: N)")]
+DtypeOpt = Annotated[Dtype | None, typer.Option("--dtype", help="fp32 | fp16 | bf16 (default: the spec's)")]
+TrainingOpt = Annotated[bool, typer.Option("--training", help="add gradients, Adam states, training FLOPs")]
+RecomputeOpt = Annotated[
+    Recompute, typer.Option("--recompute", help="activation recomputation: none | selective | full")
+]
+KvOpt = Annotated[int | None, typer.Option("--kv-len", min=1, help="cached keys for the decode step (default: N)")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table | json | csv | markdown")]
+DeviceOpt = Annotated[str | None, typer.Option("--device", "-d", help="roofline on h100 | h200 | a100 | profile.yaml")]
+SweepOpt = Annotated[str | None, typer.Option("--sweep", help="e.g. seq=512,1024,...,131072 (also batch=, dec_seq=)")]
+PlotOpt = Annotated[str | None, typer.Option("--plot", help="write FLOPs and memory against N to this image")]
+OutputOpt = Annotated[str | None, typer.Option("--output", "-o", help="write the report to this file")]
+
+
+def _options(**kw: Any) -> dict[str, Any]:
+    return {
+        "batch": kw["batch"],
+        "seq": kw["seq"],
+        "dtype": kw["dtype"].value if kw["dtype"] else None,
+        "dec_seq": kw["dec_seq"],
+        "training": kw["training"],
+        "recompute": kw["recompute"].value,
+        "kv_len": kw["kv_len"],
+        "device": kw["device"],
+    }
+
+
+@app.command()
+def analyze(
+    spec: SpecArg,
+    batch: BatchOpt = 1,
+    seq: SeqOpt = None,
+    dec_seq: DecSeqOpt = None,
+    dtype: DtypeOpt = None,
+    training: TrainingOpt = False,
+    recompute: RecomputeOpt = Recompute.none,
+    kv_len: KvOpt = None,
+    format: FormatOpt = Format.table,
+    device: DeviceOpt = None,
+    sweep: SweepOpt = None,
+    plot: PlotOpt = None,
+    output: OutputOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Parameters, FLOPs per category and layer, memory, and (with --device) a roofline, from the IR."""
+    from ..analysis import output as o
+    from ..analysis.report import analyze as run
+    from ..analysis.serialize import flatten
+    from ..analysis.sweep import DEFAULT, parse_sweep, run_sweep, sweep_csv_rows, sweep_section
+    from ..analysis.views import report_sections, title
+    from ..ir.lower import lower
+
+    g = lower(load(spec, sets))
+    opts = _options(**locals())
+    if sweep or plot:
+        var, values = parse_sweep(sweep or DEFAULT)
+        sw = run_sweep(g, var, values, **opts)
+        if plot:
+            from ..analysis.plot import plot_sweep
+
+            err.print(f"wrote {plot_sweep(sw, plot)}")
+        if sweep:
+            head = title(sw.reports[0]).split(" · ")[0] + f" · sweep over {var}"
+            o.emit(format.value, head, [sweep_section(sw)], sw.to_dict(), sweep_csv_rows(sw), output, out)
+            return
+    rep = run(g, **opts)
+    rows: list[list[Any]] = [["key", "value"], *map(list, flatten(rep.to_dict()))]
+    o.emit(format.value, title(rep), report_sections(rep), rep.to_dict(), rows, output, out)
+
+
+@app.command()
+def compare(
+    specs: Annotated[
+        list[str], typer.Argument(help="specs or presets; per-spec overrides as NAME@key=value@key=value")
+    ],
+    batch: BatchOpt = 1,
+    seq: SeqOpt = None,
+    dec_seq: DecSeqOpt = None,
+    dtype: DtypeOpt = None,
+    training: TrainingOpt = False,
+    recompute: RecomputeOpt = Recompute.none,
+    kv_len: KvOpt = None,
+    format: FormatOpt = Format.table,
+    device: DeviceOpt = None,
+    sweep: SweepOpt = None,
+    plot: PlotOpt = None,
+    output: OutputOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Specs side by side (classic vs SwiGLU, MHA vs GQA, dense vs MoE, RNN vs Transformer against N)."""
+    from ..analysis import compare as c
+    from ..analysis import output as o
+    from ..analysis.report import analyze as run
+    from ..analysis.sweep import DEFAULT, parse_sweep, run_sweep
+    from ..ir.lower import lower
+
+    opts = _options(**locals())
+    graphs = [(label, lower(load(ref, [*(sets or []), *extra]))) for label, ref, extra in _split_refs(specs)]
+    if sweep or plot:
+        var, values = parse_sweep(sweep or DEFAULT)
+        sweeps = [run_sweep(g, var, values, **opts) for _, g in graphs]
+        for (label, _), sw in zip(graphs, sweeps, strict=True):
+            for r in sw.reports:
+                r.name = label
+        if plot:
+            from ..analysis.plot import plot_compare
+
+            err.print(f"wrote {plot_compare(sweeps, plot)}")
+        if sweep:
+            head = f"compare: {', '.join(lb for lb, _ in graphs)} · sweep over {var}"
+            o.emit(format.value, head, c.compare_sweep_sections(sweeps), c.compare_sweep_dict(sweeps),
+                   c.compare_sweep_csv_rows(sweeps), output, out)  # fmt: skip
+            return
+    reports = []
+    for label, g in graphs:
+        r = run(g, **opts)
+        r.name = label
+        reports.append(r)
+    s0 = reports[0].settings
+    head = (
+        f"compare · B={s0.batch}"
+        + (f", N={seq}" if seq else ", N=context")
+        + f" · {s0.dtype if dtype else 'spec dtypes'}"
+    )
+    o.emit(
+        format.value,
+        head,
+        c.compare_sections(reports),
+        c.compare_dict(reports),
+        c.compare_csv_rows(reports),
+        output,
+        out,
+    )
+
+
+def _split_refs(specs: list[str]) -> list[tuple[str, str, list[str]]]:
+    """``llama2-7b@attention.kv_heads=8`` → (label, "llama2-7b", ["attention.kv_heads=8"]); labels unique."""
+    if not specs:
+        raise SpecError("compare needs at least one spec", hint="e.g. specc compare gpt2 llama2-7b")
+    out = []
+    for ref in specs:
+        base, *extra = ref.split("@")
+        out.append((ref, base, extra))
+    names = [_stem(b) for _, b, _ in out]
+    return [
+        (ref if names.count(names[i]) > 1 or extra else names[i], base, extra)
+        for i, (ref, base, extra) in enumerate(out)
+    ]
+
+
+def _stem(ref: str) -> str:
+    from pathlib import Path
+
+    return Path(ref).stem if ref.endswith((".yaml", ".yml")) else ref

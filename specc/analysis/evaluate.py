@@ -1,0 +1,110 @@
+"""Evaluate the catalogue's rules over a graph at concrete sizes: one ``OpCost`` per op, then totals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ..ir.graph import LayerGraph, Op, dims
+from ..ir.ops import CATALOGUE
+from . import rules  # noqa: F401  (attaches the rules to the catalogue)
+from .costs import Ctx, Flop, Mem
+
+# The graph input a generated token enters through, and the length symbol that grows, per task.
+GENERATION = {"causal_lm": ("input_ids", "N"), "seq2seq": ("decoder_input_ids", "N_dec")}
+
+# Display order of categories; unknown ones go last in first-seen order.
+ORDER = [
+    "embed", "pos", "norm", "qkv_proj", "qk", "softmax", "av", "out_proj",
+    "cross_qkv_proj", "cross_qk", "cross_softmax", "cross_av", "cross_out_proj",
+    "router", "mlp", "activation", "residual", "rnn", "rnn_attention", "head", "lm_head",
+]  # fmt: skip
+ATTENTION_PARTS = ("qk", "av", "softmax")
+
+
+def category(op: Op, part: str | None) -> str:
+    """The cost category of one part of an op: its own, or e.g. ``qk`` / ``cross_qk`` for attention."""
+    if part is None:
+        return op.category
+    if op.category.startswith("cross_") and part in ATTENTION_PARTS:
+        return f"cross_{part}"
+    return part
+
+
+@dataclass(frozen=True)
+class OpCost:
+    op: Op
+    flops: tuple[Flop, ...]
+    mem: Mem
+
+    @property
+    def matmul(self) -> int:
+        return sum(f.matmul for f in self.flops)
+
+    @property
+    def total(self) -> int:
+        return sum(f.matmul + f.other for f in self.flops)
+
+
+def evaluate(g: LayerGraph, env: dict[str, int], ctx: Ctx, only: set[str] | None = None) -> list[OpCost]:
+    """Costs of every op (or of the ops named in ``only``) with symbols bound by ``env``."""
+    out: list[OpCost] = []
+    for op in g.ops():
+        if only is not None and op.name not in only:
+            continue
+        opdef = CATALOGUE[op.kind]
+        assert opdef.flops is not None and opdef.memory is not None
+        ins = [dims(g.shape_of(i), env) for i in op.inputs]
+        shape = dims(op.shape, env)
+        out.append(OpCost(op, tuple(opdef.flops(op.attrs, ins, shape, ctx)), opdef.memory(op.attrs, ins, shape, ctx)))
+    return out
+
+
+def decode_ops(g: LayerGraph) -> set[str] | None:
+    """Ops that run again for every generated token (``None`` when the model does not generate)."""
+    gen = GENERATION.get(g.meta.get("task", ""))
+    if gen is None or gen[0] not in g.inputs:
+        return None
+    return {n for n in nx.descendants(g.graph, gen[0]) if n not in g.inputs}
+
+
+@dataclass
+class Totals:
+    """FLOPs by category, matmul and non-matmul apart; ``useful`` counts visible attention pairs only."""
+
+    matmul: dict[str, int] = field(default_factory=dict)
+    other: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, costs: Iterable[OpCost], useful: bool = False) -> Totals:
+        t = cls()
+        for c in costs:
+            for f in c.flops:
+                cat = category(c.op, f.part)
+                t.matmul[cat] = t.matmul.get(cat, 0) + (f.useful_matmul if useful else f.matmul)
+                t.other[cat] = t.other.get(cat, 0) + (f.useful_other if useful else f.other)
+        return t
+
+    def categories(self) -> list[str]:
+        seen = list(self.matmul)
+        return [c for c in ORDER if c in self.matmul] + [c for c in seen if c not in ORDER]
+
+    def by_category(self) -> dict[str, int]:
+        return {c: self.matmul[c] + self.other[c] for c in self.categories()}
+
+    @property
+    def total_matmul(self) -> int:
+        return sum(self.matmul.values())
+
+    @property
+    def total_other(self) -> int:
+        return sum(self.other.values())
+
+    @property
+    def total(self) -> int:
+        return self.total_matmul + self.total_other
+
+    def sum_of(self, cats: Iterable[str]) -> int:
+        return sum(self.matmul.get(c, 0) + self.other.get(c, 0) for c in cats)

@@ -1,0 +1,83 @@
+"""Rules of the fused attention core: QKᵀ, softmax, AV (and the rotary embedding it applies)."""
+
+from __future__ import annotations
+
+from .. import constants as C
+from .common import Attrs, Ctx, Dims, Flop, Mem, numel
+
+
+def _sum_min(first: int, last: int, cap: int) -> int:
+    """Σ_{p=first}^{last} min(p + 1, cap): keys seen by queries at positions first..last with a window cap."""
+
+    def s(n: int) -> int:  # Σ_{j=1}^{n} min(j, cap)
+        return n * (n + 1) // 2 if n <= cap else cap * (cap + 1) // 2 + (n - cap) * cap
+
+    return s(last + 1) - s(first) if last >= first else 0
+
+
+def visible_pairs(mask: str | None, nq: int, nk: int, window: int | None = None, prefix: int | None = None) -> int:
+    """(query, key) pairs a structural mask lets through; the queries are the last ``nq`` of ``nk`` positions."""
+    first, last = nk - nq, nk - 1
+    if mask == "causal":
+        return _sum_min(first, last, nk)
+    if mask == "sliding_window":
+        return _sum_min(first, last, window or nk)
+    if mask == "prefix":
+        p = min(prefix or 0, nk)
+        in_prefix = max(0, p - first)  # queries inside the prefix see the whole prefix
+        return in_prefix * p + _sum_min(max(first, p), last, nk)
+    return nq * nk  # none | padding (padding masks are data, not structure)
+
+
+def _lengths(a: Attrs, ins: list[Dims], ctx: Ctx) -> tuple[int, int, int]:
+    """Batch, query length and key length of this evaluation."""
+    b, nq = ins[0][0], ins[0][1]
+    if a.get("cross"):
+        return b, nq, ins[1][1]
+    if ctx.kv_len is None:
+        return b, nq, nq
+    nk = ctx.kv_len
+    if a.get("mask") == "sliding_window" and a.get("window"):
+        nk = min(nk, a["window"])  # a rolling cache keeps only the window
+    return b, nq, nk
+
+
+def attention_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    b, nq, nk = _lengths(a, ins, ctx)
+    h, kv, hd = a["heads"], a["kv_heads"], a["head_dim"]
+    pairs = visible_pairs(None if a.get("cross") else a.get("mask"), nq, nk, a.get("window"), a.get("prefix"))
+    full, useful = 2 * b * h * nq * nk * hd, 2 * b * h * pairs * hd
+    per_score = C.SOFTMAX + C.SCORE_SCALE
+    parts = [
+        Flop("qk", matmul=full, matmul_useful=useful),
+        Flop("softmax", other=per_score * b * h * nq * nk, other_useful=per_score * b * h * pairs),
+        Flop("av", matmul=full, matmul_useful=useful),
+    ]
+    if a.get("rope_dims"):
+        parts.append(Flop("pos", other=C.ROPE * b * nq * (h + kv) * a["rope_dims"]))
+    return parts
+
+
+def attention_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    b, nq, nk = _lengths(a, ins, ctx)
+    h, kv, hd = a["heads"], a["kv_heads"], a["head_dim"]
+    q, k_v = b * nq * h * hd, 2 * b * nk * kv * hd
+    scores = b * h * nq * nk
+    saved = (q + k_v + scores) * ctx.bytes  # Q, K, V and the softmax output
+    if a.get("dropout", 0) > 0:
+        saved += scores * C.MASK_BYTES + scores * ctx.bytes  # dropout mask and dropped probabilities
+    stats = b * h * nq * C.STAT_BYTES
+    cached = nk
+    if not a.get("cross") and a.get("mask") == "sliding_window" and a.get("window"):
+        cached = min(nk, a["window"])
+    return Mem(
+        saved=saved,
+        saved_fused=(q + k_v) * ctx.bytes + stats,
+        io=(q + k_v + numel(out)) * ctx.bytes,
+        scores=scores * ctx.bytes,
+        scores_fused=stats,
+        kv_cache=2 * b * cached * kv * hd * ctx.bytes,
+    )
+
+
+RULES = {"attention": (attention_flops, attention_memory)}

@@ -1,0 +1,82 @@
+"""Rules of the ops that act on each token alone: linear, norms, activations, residual adds, pooling."""
+
+from __future__ import annotations
+
+from .. import constants as C
+from .common import Attrs, Ctx, Dims, Flop, Mem, io_bytes, numel, tokens
+
+
+def linear_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    m, k, n = tokens(out), a["in_features"], a["out_features"]
+    return [Flop(matmul=2 * m * k * n, other=C.BIAS * m * n if a.get("bias") else 0)]
+
+
+def linear_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    k, n = a["in_features"], a["out_features"]
+    weights = k * n + (n if a.get("bias") else 0)  # a tied head reads the shared matrix all the same
+    return Mem(saved=numel(ins[0]) * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=weights)
+
+
+def layernorm_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    per = C.LAYERNORM + (C.LAYERNORM_BIAS if a.get("bias") else 0)
+    return [Flop(other=per * numel(out))]
+
+
+def rmsnorm_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop(other=C.RMSNORM * numel(out))]
+
+
+def norm_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    weights = a["dim"] * (2 if a.get("bias") else 1)
+    return Mem(saved=numel(ins[0]) * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=weights)
+
+
+def activation_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop(other=C.ACTIVATION[a["fn"]] * numel(out))]
+
+
+def glu_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop(other=(C.ACTIVATION[a["fn"]] + C.GLU_PRODUCT) * numel(out))]
+
+
+def elementwise_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    """Activations and GLU keep their inputs for the backward pass."""
+    return Mem(saved=sum(numel(s) for s in ins) * ctx.bytes, io=io_bytes(ins, out, ctx))
+
+
+def add_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop(other=C.RESIDUAL * numel(out))]
+
+
+def add_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    mask = numel(out) * C.MASK_BYTES if a.get("dropout", 0) > 0 else 0  # dropout on the branch
+    return Mem(saved=mask, io=io_bytes(ins, out, ctx))
+
+
+def dropout_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop()]  # identity in inference
+
+
+def dropout_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    return Mem(saved=numel(out) * C.MASK_BYTES if a.get("p", 0) > 0 else 0)
+
+
+def pool_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop(other=C.MEAN_POOL * numel(ins[0]) if a["mode"] == "mean" else 0)]
+
+
+def pool_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    read = numel(ins[0]) if a["mode"] == "mean" else numel(out)  # cls reads one token
+    return Mem(io=(read + numel(out)) * ctx.bytes)
+
+
+RULES = {
+    "linear": (linear_flops, linear_memory),
+    "layernorm": (layernorm_flops, norm_memory),
+    "rmsnorm": (rmsnorm_flops, norm_memory),
+    "activation": (activation_flops, elementwise_memory),
+    "glu": (glu_flops, elementwise_memory),
+    "add": (add_flops, add_memory),
+    "dropout": (dropout_flops, dropout_memory),
+    "pool": (pool_flops, pool_memory),
+}

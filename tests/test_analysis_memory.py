@@ -1,0 +1,64 @@
+"""Memory items: Korthikanti activations, the seed's TB-scale score matrix, KV cache, training states."""
+
+from __future__ import annotations
+
+import specc
+from specc.analysis import analyze
+from specc.analysis.costs import Ctx
+from specc.analysis.evaluate import evaluate
+
+
+def test_graph_activations_equal_korthikanti_per_layer() -> None:
+    """With dropout, 16-bit and a 4h MLP, the per-op accounting reproduces s·b·h·(34 + 5·a·s/h) per layer."""
+    spec = specc.load_spec("gpt2", ["dropout=0.1", "dtype=fp16", "blocks=3"])
+    g = specc.lower(spec)
+    b, s, h, a = 2, 256, 768, 12
+    costs = evaluate(g, {"B": b, "N": s}, Ctx(bytes=2))
+    for layer in range(3):
+        saved = sum(c.mem.saved for c in costs if c.op.layer == layer)
+        assert saved == s * b * h * 34 + 5 * a * s * s * b
+    r = analyze(g, batch=b, seq=s)
+    assert r.memory["activations_korthikanti"] == 3 * (s * b * h * 34 + 5 * a * s * s * b)
+
+
+def test_seed_attention_matrix_is_terabytes() -> None:
+    """Seed §4.4: N = 100000, H = 64 → the materialised attention matrix of one layer is TB-scale."""
+    spec = specc.load_spec("gpt2", ["attention.heads=64", "blocks=1", "dtype=fp16", "context=100000"])
+    m = analyze(spec, seq=100_000, crossover=False).memory
+    assert m["attention_scores_materialized"] == 64 * 100_000**2 * 2  # 1.28 TB in fp16
+    assert m["attention_scores_materialized"] > 10**12
+    assert m["attention_scores_fused"] == 64 * 100_000 * 4  # fused: fp32 log-sum-exp per row, 25.6 MB
+
+
+def test_kv_cache_formula() -> None:
+    n, b = 4096, 3
+    llama = analyze("llama2-7b", batch=b, seq=n, crossover=False).memory["kv_cache"]
+    assert llama == 2 * 32 * 32 * 128 * n * b * 2
+    mixtral = analyze("mixtral-8x7b", batch=b, seq=n, crossover=False).memory["kv_cache"]
+    assert mixtral == 2 * 32 * 8 * 128 * n * b * 2  # GQA: 8 KV heads
+    window = specc.load_spec("llama2-7b", ["attention.mask=sliding_window", "attention.window=1024"])
+    assert analyze(window, batch=b, seq=n, crossover=False).memory["kv_cache"] == llama // 4
+    assert analyze("bert-base", crossover=False).memory["kv_cache"] == 0  # encoders do not generate
+
+
+def test_encoder_decoder_cache_holds_self_and_cross_keys() -> None:
+    n, n_dec, d, layers = 100, 30, 512, 6
+    kv = analyze("transformer-base", seq=n, dec_seq=n_dec, dtype="fp32", crossover=False).memory["kv_cache"]
+    assert kv == layers * 2 * d * (n_dec + n) * 4
+
+
+def test_training_states_are_16_bytes_per_param() -> None:
+    for dtype in ("fp16", "fp32"):
+        r = analyze("gpt2", dtype=dtype, training=True, crossover=False)
+        m, p = r.memory, r.params.total
+        assert m["weights"] + m["gradients"] + m["optimizer_states"] == 16 * p
+        assert m["training_total"] == 16 * p + m["activations_training"]
+    assert "gradients" not in analyze("gpt2", crossover=False).memory
+
+
+def test_fused_attention_drops_quadratic_terms() -> None:
+    small, big = (analyze("gpt2", seq=n, crossover=False).memory for n in (512, 1024))
+    assert big["activations_fused"] == 2 * small["activations_fused"]  # linear in N
+    assert big["activations"] > 2 * small["activations"]  # N² softmax output
+    full = analyze("gpt2", seq=1024, training=True, recompute="full", crossover=False).memory
+    assert full["activations_training"] < big["activations_fused"] < big["activations"]
