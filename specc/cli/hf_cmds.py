@@ -1,3 +1,48 @@
-"""Commands of this group are registered on ``app`` here (see specc/cli/__init__.py)."""
+"""import-hf: a Hugging Face config.json (and, when beside it, its checkpoint's names and shapes) → a spec."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import SpecError
+from .app import app, err, out
+
+
+@app.command("import-hf")
+def import_hf(
+    path: Annotated[Path, typer.Argument(help="a save_pretrained folder holding config.json, or the file itself")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="spec file to write (default NAME.yaml)")] = (
+        None
+    ),
+    name: Annotated[str | None, typer.Option("--name", help="spec name (default: from the config or folder)")] = None,
+    check_weights: Annotated[
+        bool,
+        typer.Option("--check-weights/--no-check-weights", help="check the checkpoint beside config.json (headers)"),
+    ] = True,
+) -> None:
+    """Import a Hugging Face model's config.json as a spec; fields specc cannot express are errors."""
+    from ..interop import check_names, checkpoint
+    from ..interop import import_hf as do_import
+    from ..interop.hf_import import write
+    from ..ir.lower import lower
+
+    imported = do_import(path, name=name)
+    g = lower(imported.spec)
+    weights = checkpoint.find(path) if check_weights else None
+    if weights is not None:
+        problems = check_names(g, checkpoint.shapes(weights))
+        if problems:
+            raise SpecError(problems)
+    target = write(imported, output or Path(f"{imported.document['name']}.yaml"))
+    for note in imported.notes:
+        err.print(f"note: {note}", markup=False)
+    out.print(
+        f"wrote {target}: {imported.architecture} → {imported.spec.kind}, {g.num_params():,} parameters", markup=False
+    )
+    if weights is not None:
+        out.print(
+            f"checked {weights.name}: every tensor maps onto the spec (load it with --weights {weights})", markup=False
+        )

@@ -1,0 +1,197 @@
+"""BART (``BartForConditionalGeneration``) and Marian (``MarianMTModel``): config → encoder_decoder spec.
+
+BART: post-norm, learned positions stored with 2 unused leading rows (HF's ``offset``), a LayerNorm after the
+embeddings, optional sqrt(d_model) embedding scale, ``final_logits_bias``. Marian: the same without the
+embedding norm and with fixed sinusoidal positions. Split q/k/v → packed ``attn.qkv``; cross-attention k/v →
+packed ``cross_attn.kv``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..ir.graph import LayerGraph
+from . import tensor_ops as ops
+from .family import BLOCK, Family, attention_sizes, prefix, rules_for
+from .hf_config import HFConfig
+from .plan import Plan, Rule, ShapeT, concat, copy, rows_from, squeezed
+
+BART_POSITION_OFFSET = 2
+
+_BLOCK = {
+    "attn.out": "self_attn.out_proj",
+    "norm1": "self_attn_layer_norm",
+    "cross_attn.q": "encoder_attn.q_proj",
+    "cross_attn.out": "encoder_attn.out_proj",
+    "norm_cross": "encoder_attn_layer_norm",
+    "mlp.fc1": "fc1",
+    "mlp.fc2": "fc2",
+    "norm2": "final_layer_norm",
+}
+
+
+def _same(cfg: HFConfig, a: str, b: str) -> int:
+    va, vb = cfg.positive_int(a), cfg.positive_int(b)
+    if va != vb:
+        raise cfg.refuse(b, f"{vb} differs from {a} {va}; specc uses one value for encoder and decoder")
+    return va
+
+
+def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
+    marian = arch == "MarianMTModel"
+    d = cfg.positive_int("d_model")
+    heads = _same(cfg, "encoder_attention_heads", "decoder_attention_heads")
+    hidden = _same(cfg, "encoder_ffn_dim", "decoder_ffn_dim")
+    vocab = cfg.positive_int("vocab_size")
+    tie = bool(cfg.get("tie_word_embeddings", True))
+    # Fields old BART configs carry that transformers itself no longer reads (it always builds post-norm
+    # with an embedding LayerNorm and 2 offset rows), and training-only ones.
+    cfg.ignore("normalize_before", "add_final_layer_norm", "normalize_embedding", "static_position_embeddings")
+    cfg.ignore("extra_pos_embeddings", "add_bias_logits", "encoder_layerdrop", "decoder_layerdrop", "num_hidden_layers")
+    cfg.ignore("activation_dropout", "classif_dropout")
+    cfg.expect("is_decoder", False, False, "a lone decoder is not an encoder-decoder")
+    if marian:
+        shared = bool(cfg.get("share_encoder_decoder_embeddings", True))
+        target = cfg.positive_int("decoder_vocab_size", vocab)
+        if shared and target != vocab:
+            raise cfg.refuse("decoder_vocab_size", f"{target} differs from vocab_size {vocab} with shared embeddings")
+    else:
+        shared = tie  # BART ties encoder, decoder and head embeddings together or not at all
+        target = vocab
+    out: dict[str, Any] = {
+        "kind": "encoder_decoder",
+        "vocab_size": vocab,
+        "context": cfg.positive_int("max_position_embeddings"),
+        "d_model": d,
+        "blocks": {"encoder": cfg.positive_int("encoder_layers"), "decoder": cfg.positive_int("decoder_layers")},
+        "attention": {"heads": heads, "mask": "padding"},
+        "norm": {"type": "layernorm", "placement": "post", "eps": 1e-5, "embedding": not marian},
+        "mlp": {"type": "classic", "hidden": hidden, "activation": cfg.activation("activation_function", "gelu")},
+        "position": "sinusoidal" if marian else "learned",
+        "shared_embeddings": shared,
+        "tie_embeddings": tie,
+        "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": True},  # head: final_logits_bias
+        "dropout": {
+            "embedding": cfg.dropout("dropout"),
+            "attention": cfg.dropout("attention_dropout"),
+            "residual": cfg.dropout("dropout"),
+        },
+        "init": {"std": float(cfg.get("init_std", 0.02)), "scaled_residual": False},
+    }
+    if target != vocab:
+        out["target_vocab_size"] = target
+    cfg.notes.append("final_logits_bias (an HF buffer) loads as lm_head.bias, a parameter here")
+    if marian:
+        cfg.notes.append(
+            "Marian's [sin | cos] position layout becomes specc's interleaved one by permuting the d_model axis of "
+            "the weights on load (exact)"
+        )
+    else:
+        cfg.notes.append("HF's position tables carry 2 never-read leading rows; they are dropped on load")
+    if cfg.get("scale_embedding", False):
+        out["embedding_scale"] = "sqrt_d_model"
+    return out
+
+
+def detect(names: set[str]) -> bool:
+    return any(re.fullmatch(r"(model\.)?decoder\.layers\.\d+\.encoder_attn\.q_proj\.weight", n) for n in names)
+
+
+def plan(g: LayerGraph, names: set[str]) -> Plan:
+    p = prefix(names, "model.")
+    shared = g.op("decoder.embed").attrs.get("tied_to") is not None
+    learned = g.op("encoder.pos").kind == "learned_pos" if "encoder.pos" in g.graph else False
+
+    def make(target: str, shape: ShapeT) -> Rule | list[Rule] | None:
+        local, kind = target.rsplit(".", 1)
+        if target == "lm_head.weight":
+            return copy("lm_head.weight", shape)
+        if target == "lm_head.bias":
+            return squeezed("final_logits_bias", shape)
+        if target == "encoder.embed.weight":
+            own, common = copy(f"{p}encoder.embed_tokens.weight", shape), copy(f"{p}shared.weight", shape)
+            return [common, own] if shared else [own, common]
+        if target == "decoder.embed.weight":
+            return copy(f"{p}decoder.embed_tokens.weight", shape)
+        stack, _, rest = local.partition(".")
+        if rest == "pos":
+            return rows_from(f"{p}{stack}.embed_positions.weight", shape, BART_POSITION_OFFSET)
+        if rest in ("embed_norm", "norm_f"):
+            return copy(f"{p}{stack}.{'layernorm_embedding' if rest == 'embed_norm' else 'layer_norm'}.{kind}", shape)
+        m = BLOCK.fullmatch(local)
+        if not m:
+            return None
+        layer, part_name = f"{p}{m.group(1)}.layers.{m.group(2)}", m.group(3)
+        if part_name in ("attn.qkv", "cross_attn.kv"):
+            attn = "self_attn" if part_name == "attn.qkv" else "encoder_attn"
+            xs = "qkv" if part_name == "attn.qkv" else "kv"
+            return concat([f"{layer}.{attn}.{x}_proj.{kind}" for x in xs], shape, attention_sizes(g, target))
+        return copy(f"{layer}.{_BLOCK[part_name]}.{kind}", shape) if part_name in _BLOCK else None
+
+    tied_head = g.op("lm_head").attrs.get("tied_to")
+    head = ("lm_head.weight",) if tied_head else ()
+    if shared:  # one table: shared, both stacks' embed_tokens and (tied) the head
+        tied = [(f"{p}shared.weight", f"{p}encoder.embed_tokens.weight", f"{p}decoder.embed_tokens.weight", *head)]
+    else:
+        tied = [(f"{p}decoder.embed_tokens.weight", *head)]
+
+    def ignore(n: str) -> bool:
+        if n.endswith("embed_positions.weight") and not learned:
+            return True  # Marian's fixed sinusoid table, recomputed by specc
+        # untied BART keeps a ``shared`` table that neither stack reads
+        return n == f"{p}shared.weight" and not shared and f"{p}encoder.embed_tokens.weight" in names
+
+    return Plan(
+        "BART/Marian",
+        rules_for(g, "BART/Marian", make),
+        tied=tied,
+        ignore=ignore,
+        finish=(lambda built: built) if learned else (lambda built: marian_to_interleaved(g, built)),
+    )
+
+
+# ------------------------------------------------------------------------------------------ Marian positions
+# Marian's sinusoids are [sin(p·w_0..w_{d/2-1}) | cos(p·w_0..)]; specc's (Vaswani) interleave them: specc dim
+# 2k is Marian dim k, specc dim 2k+1 is Marian dim d/2+k. Every op is equivariant under a permutation of the
+# residual stream (LayerNorm statistics ignore the order; linears absorb it in their weights), so permuting
+# the d_model axis of every tensor that reads or writes the stream turns Marian into the same function with
+# specc's table, exactly.
+
+_READS = ("embed.weight", ".attn.qkv.weight", ".cross_attn.q.weight", ".cross_attn.kv.weight", ".mlp.fc1.weight")
+_WRITES = (".attn.out.weight", ".attn.out.bias", ".cross_attn.out.weight", ".cross_attn.out.bias", ".mlp.fc2.weight")
+_WRITES_TOO = (".mlp.fc2.bias",)
+_NEITHER = (".attn.qkv.bias", ".cross_attn.q.bias", ".cross_attn.kv.bias", ".mlp.fc1.bias", "lm_head.bias")
+
+
+def interleave_order(d: int) -> list[int]:
+    """specc index j ← Marian index (j // 2) + (j % 2) · d/2."""
+    return [j // 2 + (j % 2) * (d // 2) for j in range(d)]
+
+
+def marian_to_interleaved(g: LayerGraph, built: dict[str, Any]) -> dict[str, Any]:
+    d = int(g.op("encoder.embed").attrs["dim"])
+    order = interleave_order(d)
+    norms = {f"{op.name}.{k}" for op in g.ops() if op.kind == "layernorm" for k in op.params}
+    out: dict[str, Any] = {}
+    for name, x in built.items():
+        if name in norms or name.endswith(_WRITES + _WRITES_TOO):
+            out[name] = ops.take(x, 0, order)
+        elif name.endswith(_READS) or name == "lm_head.weight":
+            out[name] = ops.take(x, 1, order)
+        elif name.endswith(_NEITHER):
+            out[name] = x
+        else:  # a parameter this mapping does not know: refusing beats a silently wrong model
+            raise ValueError(f"Marian permutation: no rule for {name}")
+    return out
+
+
+FAMILY = Family(
+    "BART/Marian",
+    ("BartForConditionalGeneration", "MarianMTModel"),
+    ("bart", "marian"),
+    ("encoder_decoder",),
+    spec,
+    detect,
+    plan,
+)

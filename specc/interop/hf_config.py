@@ -1,0 +1,148 @@
+"""Reading a Hugging Face ``config.json`` strictly: every field is either mapped, known to leave the function
+unchanged, or refused with an error at its line in the file. Nothing is approximated silently.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import Diagnostic, SpecError
+
+_MISSING = object()
+
+# PretrainedConfig fields that never change the function of the network (ids, generation, bookkeeping).
+_GENERIC = """
+    architectures model_type transformers_version _name_or_path name_or_path _commit_hash _attn_implementation
+    _attn_implementation_autoset attn_implementation bos_token_id eos_token_id pad_token_id sep_token_id
+    decoder_start_token_id forced_bos_token_id forced_eos_token_id use_cache output_attentions output_hidden_states
+    return_dict torchscript use_return_dict problem_type finetuning_task tokenizer_class prefix task_specific_params
+    id2label label2id num_labels max_length min_length do_sample early_stopping num_beams num_beam_groups
+    diversity_penalty temperature top_k top_p typical_p repetition_penalty length_penalty no_repeat_ngram_size
+    encoder_no_repeat_ngram_size bad_words_ids num_return_sequences output_scores return_dict_in_generate
+    remove_invalid_values exponential_decay_length_penalty suppress_tokens begin_suppress_tokens
+    chunk_size_feed_forward tf_legacy_loss use_bfloat16 is_encoder_decoder cross_attention_hidden_size
+    tie_encoder_decoder classifier_dropout initializer_range init_std dtype torch_dtype gradient_checkpointing
+"""
+GENERIC_IGNORED = frozenset(_GENERIC.split())
+
+# Hugging Face activation names whose function specc has exactly.
+ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",  # same tanh formula as gelu_new, written differently
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
+DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+class HFConfig:
+    """A config.json with access tracking: ``unused()`` lists the fields no family rule looked at."""
+
+    def __init__(self, data: dict[str, Any], path: str, text: str | None = None):
+        self.data = data
+        self.path = path
+        self._text = text or ""
+        self._used: set[str] = set(GENERIC_IGNORED)
+        self.notes: list[str] = []
+
+    @classmethod
+    def read(cls, path: str | Path) -> HFConfig:
+        p = Path(path)
+        file = p / "config.json" if p.is_dir() else p
+        if not file.is_file():
+            hint = "give a folder written by save_pretrained, or its config.json"
+            raise SpecError(f"no config.json at {p}", file=str(path), hint=hint)
+        text = file.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SpecError([Diagnostic(f"not valid JSON: {e.msg}", str(file), e.lineno, e.colno)]) from None
+        if not isinstance(data, dict):
+            raise SpecError("config.json must hold a JSON object", file=str(file))
+        return cls(data, str(file), text)
+
+    # -- reading ----------------------------------------------------------------------------------------
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._used.add(key)
+        return self.data.get(key, default)
+
+    def require(self, key: str) -> Any:
+        self._used.add(key)
+        if key not in self.data:
+            raise SpecError(f"config.json has no '{key}'", file=self.path, hint="it is required for this model type")
+        return self.data[key]
+
+    def ignore(self, *keys: str) -> None:
+        """Mark fields that do not change the inference function (dropout-like, training-only, ids)."""
+        self._used.update(keys)
+
+    def unused(self) -> list[str]:
+        return sorted(k for k in self.data if k not in self._used)
+
+    # -- judging ----------------------------------------------------------------------------------------
+
+    def where(self, key: str) -> Diagnostic:
+        """A diagnostic at the line of ``"key":`` in the file (first occurrence)."""
+        m = re.search(rf'"{re.escape(key)}"\s*:', self._text)
+        if not m:
+            return Diagnostic("", self.path)
+        line = self._text.count("\n", 0, m.start()) + 1
+        col = m.start() - (self._text.rfind("\n", 0, m.start()) + 1) + 1
+        return Diagnostic("", self.path, line, col)
+
+    def refuse(self, key: str, message: str, hint: str | None = None) -> SpecError:
+        w = self.where(key.split(".")[0])
+        return SpecError([Diagnostic(f"{key}: {message}", w.file, w.line, w.col, hint)])
+
+    def expect(self, key: str, allowed: Any, default: Any = _MISSING, why: str = "specc cannot express it") -> Any:
+        """The field's value, which must equal ``allowed`` (or be one of a tuple of values)."""
+        value = self.get(key, None if default is _MISSING else default)
+        ok = value in allowed if isinstance(allowed, tuple) else value == allowed
+        if not ok:
+            want = " or ".join(map(repr, allowed)) if isinstance(allowed, tuple) else repr(allowed)
+            raise self.refuse(key, f"{value!r} is not supported ({why}); only {want} is", None)
+        return value
+
+    def activation(self, key: str, default: str) -> str:
+        name = self.get(key, default)
+        if name not in ACTIVATIONS:
+            raise self.refuse(
+                key,
+                f"activation {name!r} has no exact counterpart in specc",
+                f"supported: {', '.join(sorted(ACTIVATIONS))}",
+            )
+        return ACTIVATIONS[name]
+
+    def dtype(self) -> str:
+        raw = self.data.get("dtype", self.data.get("torch_dtype")) or "float32"
+        return DTYPES.get(str(raw).replace("torch.", ""), "fp32")
+
+    def num_labels(self) -> int:
+        labels = self.get("id2label")
+        if isinstance(labels, dict) and labels:
+            return len(labels)
+        return int(self.get("num_labels", 2))
+
+    def positive_int(self, key: str, default: Any = _MISSING) -> int:
+        value = self.require(key) if default is _MISSING else self.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise self.refuse(key, f"expected a positive whole number, got {value!r}")
+        return value
+
+    def dropout(self, *keys: str) -> float:
+        """The first of ``keys`` present (dropout probabilities only matter in training)."""
+        for k in keys:
+            self._used.add(k)
+        for k in keys:
+            v = self.data.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return float(v)
+        return 0.0

@@ -1,0 +1,179 @@
+"""A weight-mapping plan: how each specc parameter is built from checkpoint tensors, checked before it runs.
+
+A family (``hf_gpt2.py``, ...) says, for every parameter of the graph, which checkpoint tensors it comes from
+and how they combine (copy, transpose, concatenate, stack, slice). The plan is checked on shapes alone first
+(so ``import-hf`` can check a checkpoint header without reading it), then run on tensors. Every problem names
+the checkpoint tensor and the specc parameter involved, all of them at once.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import Diagnostic, SpecError
+from . import tensor_ops as ops
+
+ShapeT = tuple[int, ...]
+MAX_LISTED = 12  # problems listed per kind before "... and N more"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One way to build a target parameter: ``build(*sources)`` with each source of the expected shape."""
+
+    sources: tuple[str, ...]
+    expect: tuple[ShapeT, ...]
+    build: Callable[..., Any]
+    how: str  # for messages: "copy", "transposed (Conv1D)", ...
+
+
+def copy(src: str, shape: ShapeT) -> Rule:
+    return Rule((src,), (shape,), lambda x: x, "copy")
+
+
+def transposed(src: str, shape: ShapeT) -> Rule:
+    """GPT-2 ``Conv1D`` stores ``[in, out]``; specc's linear weight is ``[out, in]``."""
+    return Rule((src,), (shape[::-1],), ops.transpose, "transposed (Conv1D [in, out])")
+
+
+def concat(srcs: list[str], shape: ShapeT, sizes: list[int]) -> Rule:
+    """Separate projections packed along the output axis (q, k, v → packed qkv)."""
+    if sum(sizes) != shape[0]:
+        raise ValueError(f"split sizes {sizes} do not add up to {shape[0]}")
+    expect = tuple((n, *shape[1:]) for n in sizes)
+    return Rule(tuple(srcs), expect, lambda *xs: ops.cat(list(xs), 0), "concatenated")
+
+
+def stacked(srcs: list[str], shape: ShapeT) -> Rule:
+    """Per-expert matrices stacked into ``[E, out, in]``."""
+    return Rule(tuple(srcs), (shape[1:],) * len(srcs), lambda *xs: ops.stack(list(xs)), "stacked")
+
+
+def squeezed(src: str, shape: ShapeT, lead: int = 1) -> Rule:
+    """A tensor stored with leading unit axes (ViT positions ``[1, T, D]``, BART ``final_logits_bias [1, V]``)."""
+    return Rule((src,), ((1,) * lead + shape,), lambda x: ops.reshape(x, shape), "leading unit axes dropped")
+
+
+def rows_from(src: str, shape: ShapeT, offset: int) -> Rule:
+    """A table whose first ``offset`` rows are never used (BART's learned positions start at 2)."""
+    expect = (shape[0] + offset, *shape[1:])
+    return Rule((src,), (expect,), lambda x: x[offset:], f"first {offset} rows dropped")
+
+
+def part(src: str, shape: ShapeT, full: ShapeT, axis: int, start: int) -> Rule:
+    """A slice of a fused tensor (gate of a fused ``gate_up_proj``)."""
+    stop = start + shape[axis]
+    return Rule((src,), (full,), lambda x: ops.narrow(x, axis, start, stop), f"slice {start}:{stop} of axis {axis}")
+
+
+@dataclass
+class Plan:
+    """Rules per target (first complete alternative wins), plus what the checkpoint may hold beyond them."""
+
+    family: str
+    rules: dict[str, list[Rule]]
+    # groups of checkpoint tensors the spec ties into one parameter: those present must all be equal
+    tied: list[tuple[str, ...]] = field(default_factory=list)
+    # checkpoint tensors that are not weights (buffers such as position_ids or a causal-mask table)
+    ignore: Callable[[str], bool] = lambda name: False
+    # weights of heads the spec does not build (BERT's NSP head, a ViT pooler): dropped with a warning
+    dropped: Callable[[str], bool] = lambda name: False
+    # a last exact transformation of the built tensors (Marian's residual-stream permutation)
+    finish: Callable[[dict[str, Any]], dict[str, Any]] = lambda built: built
+
+
+@dataclass
+class Checked:
+    chosen: dict[str, Rule]
+    problems: list[Diagnostic]
+    dropped: list[str]  # head tensors left out
+
+
+def check(plan: Plan, shapes: Mapping[str, ShapeT]) -> Checked:
+    """Pick a rule per target and collect missing, mis-shaped and unexpected tensors by name."""
+    chosen: dict[str, Rule] = {}
+    missing: list[str] = []
+    misshaped: list[str] = []
+    for target, options in plan.rules.items():
+        rule = next((r for r in options if all(s in shapes for s in r.sources)), None)
+        if rule is None:
+            best = max(options, key=lambda r: sum(s in shapes for s in r.sources))
+            absent = [s for s in best.sources if s not in shapes]
+            missing.append(f"{', '.join(absent)} → {target}")
+            continue
+        chosen[target] = rule
+        for s, want in zip(rule.sources, rule.expect, strict=True):
+            got = tuple(shapes[s])
+            if got != want:
+                misshaped.append(f"{s}: shape {list(got)}, expected {list(want)} for {target} ({rule.how})")
+    used = {s for r in chosen.values() for s in r.sources}
+    skipped = {n for n in shapes if n not in used and (plan.ignore(n) or plan.dropped(n))}
+    tied = {n for group in plan.tied for n in group}
+    unexpected = [n for n in shapes if n not in used and n not in tied and n not in skipped]
+    for first, other in _tied_pairs(plan, shapes):
+        if tuple(shapes[other]) != tuple(shapes[first]):
+            misshaped.append(f"{other}: shape {list(shapes[other])} differs from {first} {list(shapes[first])}, tied")
+    problems: list[Diagnostic] = []
+    label = f"{plan.family} checkpoint"
+    problems += listed(f"{label}: missing tensor", missing, "the spec needs these; does the checkpoint match it?")
+    problems += listed(f"{label}: mis-shaped tensor", misshaped, "check the spec's sizes against config.json")
+    hint = _layers_hint(unexpected) or "the spec does not use these; does it match the model?"
+    problems += listed(f"{label}: unexpected tensor", unexpected, hint)
+    return Checked(chosen, problems, sorted(n for n in skipped if plan.dropped(n)))
+
+
+def run(plan: Plan, tensors: Mapping[str, Any]) -> dict[str, Any]:
+    """Check, then build every target; tensors the spec ties together must hold equal values."""
+    checked = check(plan, {k: tuple(ops.shape(v)) for k, v in tensors.items()})
+    if checked.problems:
+        raise SpecError(checked.problems)
+    differing = [
+        f"{b} differs from {a}" for a, b in _tied_pairs(plan, tensors) if not ops.equal(tensors[a], tensors[b])
+    ]
+    if differing:
+        raise SpecError(
+            listed(
+                f"{plan.family} checkpoint: untied tensor",
+                differing,
+                "the spec ties these weights but the checkpoint holds different values: untie them in the spec "
+                "(tie_embeddings: false / shared_embeddings: false)",
+            )
+        )
+    if checked.dropped:
+        shown = ", ".join(checked.dropped[:6]) + (" ..." if len(checked.dropped) > 6 else "")
+        warnings.warn(
+            f"{plan.family} checkpoint: dropping {len(checked.dropped)} tensors of heads the spec does not build: "
+            f"{shown}",
+            stacklevel=3,
+        )
+    return plan.finish({t: r.build(*(tensors[s] for s in r.sources)) for t, r in checked.chosen.items()})
+
+
+def _tied_pairs(plan: Plan, present: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(first present member, another present member) of every tied group."""
+    pairs = []
+    for group in plan.tied:
+        here = [n for n in group if n in present]
+        pairs += [(here[0], n) for n in here[1:]]
+    return pairs
+
+
+def _layers_hint(names: list[str]) -> str | None:
+    """When surplus tensors belong to numbered layers, say how many layers the checkpoint has."""
+    found = [int(m.group(1)) for n in names if (m := re.search(r"\.(?:h|layers|layer)\.(\d+)\.", n))]
+    if not found:
+        return None
+    return f"the checkpoint has layers up to index {max(found)}: does the spec have as many blocks?"
+
+
+def listed(what: str, items: list[str], hint: str) -> list[Diagnostic]:
+    if not items:
+        return []
+    shown = [Diagnostic(f"{what}: {i}") for i in items[:MAX_LISTED]]
+    if len(items) > MAX_LISTED:
+        shown.append(Diagnostic(f"... and {len(items) - MAX_LISTED} more"))
+    return [*shown[:-1], Diagnostic(shown[-1].message, hint=hint)]

@@ -1,0 +1,36 @@
+"""The Hugging Face families specc imports, and how to find the one for a config or a checkpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from . import hf_bart, hf_bert, hf_gpt2, hf_llama, hf_vit
+from .family import Family
+
+FAMILIES: tuple[Family, ...] = (hf_gpt2.FAMILY, hf_llama.FAMILY, hf_bert.FAMILY, hf_vit.FAMILY, hf_bart.FAMILY)
+
+# The class to assume when a config.json names no ``architectures``.
+DEFAULT_ARCHITECTURE = {
+    "gpt2": "GPT2LMHeadModel",
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "bert": "BertModel",
+    "vit": "ViTForImageClassification",
+    "bart": "BartForConditionalGeneration",
+    "marian": "MarianMTModel",
+}
+
+
+def supported_architectures() -> list[str]:
+    return [a for f in FAMILIES for a in f.architectures]
+
+
+def by_architecture(arch: str) -> Family | None:
+    return next((f for f in FAMILIES if arch in f.architectures), None)
+
+
+def by_names(names: Iterable[str]) -> Family | None:
+    """The family whose checkpoint naming these tensor names follow."""
+    found = set(names)
+    return next((f for f in FAMILIES if f.detect(found)), None)

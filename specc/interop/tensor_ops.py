@@ -1,0 +1,63 @@
+"""The few tensor operations weight mapping needs, for torch tensors and numpy arrays alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def shape(x: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in x.shape)
+
+
+def transpose(x: Any) -> Any:
+    return x.t().contiguous() if _is_torch(x) else np.ascontiguousarray(x.T)
+
+
+def cat(xs: list[Any], axis: int) -> Any:
+    if _is_torch(xs[0]):
+        import torch
+
+        return torch.cat(xs, dim=axis)
+    return np.concatenate(xs, axis=axis)
+
+
+def stack(xs: list[Any]) -> Any:
+    if _is_torch(xs[0]):
+        import torch
+
+        return torch.stack(xs, dim=0)
+    return np.stack(xs, axis=0)
+
+
+def reshape(x: Any, new_shape: tuple[int, ...]) -> Any:
+    return x.reshape(new_shape)
+
+
+def narrow(x: Any, axis: int, start: int, stop: int) -> Any:
+    index = [slice(None)] * len(x.shape)
+    index[axis] = slice(start, stop)
+    out = x[tuple(index)]
+    return out.contiguous() if _is_torch(out) else out
+
+
+def take(x: Any, axis: int, index: list[int]) -> Any:
+    """Reorder ``x`` along ``axis``: ``out[..., i, ...] = x[..., index[i], ...]``."""
+    if _is_torch(x):
+        import torch
+
+        return x.index_select(axis, torch.tensor(index, device=x.device)).contiguous()
+    return np.take(x, index, axis=axis)
+
+
+def equal(a: Any, b: Any) -> bool:
+    if _is_torch(a) and _is_torch(b):
+        import torch
+
+        return a.shape == b.shape and bool(torch.equal(a, b))
+    return bool(np.array_equal(np.asarray(a), np.asarray(b)))

@@ -1,0 +1,253 @@
+"""Tiny random-weight Hugging Face models, built locally from configs (never downloaded), shared by the
+test_hf_* files; plus checks that the zoo itself is what the equivalence tests think it is.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    arch: str  # transformers class name
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def family(self) -> str:
+        return self.id.split("-")[0]
+
+    @property
+    def text(self) -> bool:
+        return self.family != "vit"
+
+    @property
+    def seq2seq(self) -> bool:
+        return self.family in ("bart", "marian")
+
+
+_LLAMA = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, vocab_size=96, max_position_embeddings=64)
+_BART = dict(d_model=32, encoder_ffn_dim=48, decoder_ffn_dim=48, vocab_size=90, max_position_embeddings=64)
+
+CASES = [
+    Case("gpt2-tied", "GPT2LMHeadModel", dict(n_embd=32, n_layer=2, n_head=4, vocab_size=96, n_positions=64)),
+    Case(
+        "gpt2-untied-relu",
+        "GPT2LMHeadModel",
+        dict(
+            n_embd=24,
+            n_layer=3,
+            n_head=3,
+            n_inner=40,
+            vocab_size=80,
+            n_positions=48,
+            activation_function="relu",
+            tie_word_embeddings=False,
+        ),
+    ),
+    Case(
+        "gpt2-unscaled",
+        "GPT2LMHeadModel",
+        dict(n_embd=16, n_layer=1, n_head=2, vocab_size=64, n_positions=32, scale_attn_weights=False),
+    ),
+    Case("llama-gqa", "LlamaForCausalLM", dict(_LLAMA, num_attention_heads=4, num_key_value_heads=2)),
+    Case(
+        "llama-mqa-tied",
+        "LlamaForCausalLM",
+        dict(_LLAMA, num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=True, rope_theta=500000.0),
+    ),
+    Case(
+        "llama-bias-headdim",
+        "LlamaForCausalLM",
+        dict(
+            _LLAMA,
+            hidden_size=24,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            head_dim=8,
+            attention_bias=True,
+            mlp_bias=True,
+            num_hidden_layers=1,
+        ),
+    ),
+    Case(
+        "mixtral-4x2",
+        "MixtralForCausalLM",
+        dict(_LLAMA, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2),
+    ),
+    Case(
+        "mixtral-3x1-window",
+        "MixtralForCausalLM",
+        dict(
+            _LLAMA,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            num_local_experts=3,
+            num_experts_per_tok=1,
+            sliding_window=4,
+        ),
+    ),
+    Case(
+        "mistral-window",
+        "MistralForCausalLM",
+        dict(_LLAMA, num_attention_heads=4, num_key_value_heads=2, sliding_window=5, num_hidden_layers=1),
+    ),
+    Case(
+        "bert-mlm",
+        "BertForMaskedLM",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            vocab_size=90,
+            max_position_embeddings=40,
+        ),
+    ),
+    Case(
+        "bert-pooled",
+        "BertModel",
+        dict(
+            hidden_size=24,
+            intermediate_size=40,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            vocab_size=70,
+            max_position_embeddings=32,
+            type_vocab_size=3,
+            hidden_act="gelu_new",
+        ),
+    ),
+    Case(
+        "vit-cls",
+        "ViTForImageClassification",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=8,
+            num_labels=5,
+        ),
+    ),
+    Case(
+        "vit-mono",
+        "ViTForImageClassification",
+        dict(
+            hidden_size=24,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=3,
+            image_size=24,
+            patch_size=6,
+            num_channels=1,
+            qkv_bias=False,
+            num_labels=3,
+        ),
+    ),
+    Case(
+        "bart-tied",
+        "BartForConditionalGeneration",
+        dict(
+            _BART,
+            encoder_layers=2,
+            decoder_layers=1,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            scale_embedding=True,
+        ),
+    ),
+    Case(
+        "bart-untied",
+        "BartForConditionalGeneration",
+        dict(
+            _BART,
+            encoder_layers=1,
+            decoder_layers=2,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            tie_word_embeddings=False,
+            activation_function="relu",
+        ),
+    ),
+    Case(
+        "marian-shared",
+        "MarianMTModel",
+        dict(
+            _BART,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            scale_embedding=True,
+            activation_function="swish",
+        ),
+    ),
+    Case(
+        "marian-unshared",
+        "MarianMTModel",
+        dict(
+            _BART,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            share_encoder_decoder_embeddings=False,
+            decoder_vocab_size=70,
+        ),
+    ),
+]
+BY_ID = {c.id: c for c in CASES}
+
+
+def build(case: Case, seed: int = 0, std: float = 0.02) -> Any:
+    """The HF model of ``case`` with random weights (norms and biases randomised too), in eval mode. A larger
+    ``std`` gives sharper, more varied next-token choices (tiny models at 0.02 tend to repeat one token)."""
+    cls = getattr(transformers, case.arch)
+    config_cls = getattr(transformers, cls.config_class.__name__)
+    kwargs = dict(case.config)
+    kwargs["init_std" if case.seq2seq else "initializer_range"] = std
+    if case.family == "bart":
+        kwargs.update(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2)
+    if case.family == "marian":
+        pad = min(kwargs["vocab_size"], kwargs.get("decoder_vocab_size", kwargs["vocab_size"])) - 1
+        kwargs.update(pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0, forced_eos_token_id=0)
+    torch.manual_seed(seed)
+    model = cls(config_cls(**kwargs)).eval()
+    with torch.no_grad():  # non-trivial norms, biases and final_logits_bias so that a dropped one shows
+        for name, p in model.named_parameters():
+            if name.endswith(("bias", "weight")) and p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+        for name, b in model.named_buffers():
+            if name.endswith("final_logits_bias"):
+                b.add_(torch.randn_like(b) * 0.1)
+    return model
+
+
+def save(case: Case, folder: Path, seed: int = 0, std: float = 0.02) -> tuple[Any, Path]:
+    model = build(case, seed, std)
+    out = folder / case.id
+    model.save_pretrained(out)
+    return model, out
+
+
+def test_zoo_models_save_config_and_safetensors(tmp_path: Path) -> None:
+    model, out = save(BY_ID["gpt2-tied"], tmp_path)
+    assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+    assert model.config.architectures == ["GPT2LMHeadModel"]
+
+
+def test_zoo_randomises_norms_so_missing_ones_would_show() -> None:
+    model = build(BY_ID["llama-gqa"])
+    assert not torch.allclose(model.model.norm.weight, torch.ones_like(model.model.norm.weight))
