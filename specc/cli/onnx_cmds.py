@@ -1,3 +1,159 @@
-"""Commands of this group are registered on ``app`` here (see specc/cli/__init__.py)."""
+"""run: an exported ONNX model on onnxruntime (CUDA EP when it really loads, else CPU)."""
 
 from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from ..errors import SpecError
+from .app import app, out
+
+
+class Provider(str, Enum):
+    auto = "auto"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+@app.command("run")
+def run_(
+    model: Annotated[Path, typer.Argument(help="model.onnx written by `specc compile --target onnx`")],
+    input_ids: Annotated[
+        str | None, typer.Option("--input-ids", help='token ids, rows split by ";": "1 2 3; 4 5 6"')
+    ] = None,
+    inputs: Annotated[
+        list[str] | None, typer.Option("--input", help="x.npy (first input), name=x.npy, or a .npz by input name")
+    ] = None,
+    random: Annotated[str | None, typer.Option("--random", help="random inputs of batch B, length N: B,N")] = None,
+    provider: Annotated[Provider, typer.Option("--provider", help="auto | cuda | cpu")] = Provider.auto,
+    threads: Annotated[
+        int | None, typer.Option("--threads", min=1, help="intra-op threads (default: usable cores)")
+    ] = None,
+    generate: Annotated[int | None, typer.Option("--generate", min=1, help="greedy-decode N new tokens")] = None,
+    start_id: Annotated[
+        int, typer.Option("--start-id", help="first decoder token of seq2seq models (specc's <bos> is 1)")
+    ] = 1,
+    eos_id: Annotated[int | None, typer.Option("--eos-id", help="stop a row at this token")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, help="top-k ids shown per row")] = 5,
+    bench: Annotated[bool, typer.Option("--bench", help="latency percentiles and tokens/s")] = False,
+    iters: Annotated[int, typer.Option("--iters", min=1, help="timed repetitions for --bench")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="untimed repetitions for --bench")] = 3,
+    seed: Annotated[int, typer.Option("--seed", help="seed of --random")] = 0,
+    verbose: Annotated[bool, typer.Option("--verbose", help="onnxruntime VERBOSE log (kernel choices)")] = False,
+) -> None:
+    """Run an exported model: logits summary and top-k, greedy generation, or a latency benchmark."""
+    from ..runtime import inputs as rin
+    from ..runtime.generate import greedy
+    from ..runtime.model import OrtModel
+
+    m = OrtModel.open(model, provider.value, threads, verbose)
+    note = "" if m.provider.startswith("CUDA") or provider is Provider.cpu else " (CUDA EP not available)"
+    out.print(f"provider: {m.provider}{note}; threads: {threads or _threads()}")
+
+    if random is not None and (input_ids is not None or inputs):
+        raise SpecError("--random cannot be combined with --input-ids or --input")
+    feeds: dict[str, np.ndarray] = {}
+    if inputs:
+        feeds.update(rin.load_npy(m, inputs))
+    if input_ids is not None:
+        feeds["input_ids"] = rin.parse_ids(input_ids)
+    if not feeds:
+        b, n = rin.parse_random(random or "1,8")
+        feeds = rin.random_inputs(m, b, n, seed)
+    feeds = rin.check(m, rin.complete(m, feeds, start_id))
+    _show_inputs(feeds)
+
+    if generate is not None:
+        new = greedy(m, feeds, generate, start_id=start_id, eos_id=eos_id)
+        out.print(f"generated {new.shape[1]} tokens per row:")
+        for row in new:
+            out.print("  " + " ".join(str(int(t)) for t in row))
+        if bench:
+            from ..runtime.bench import benchmark
+
+            res = benchmark(
+                lambda: greedy(m, feeds, generate, start_id=start_id, eos_id=None),
+                iters=max(1, min(iters, 5)),
+                warmup=min(warmup, 1),
+                tokens_per_call=new.shape[0] * generate,
+                label="generate",
+            )
+            _show_bench(res, "new tokens")
+        return
+
+    result = _forward(m, feeds, start_id)
+    _show_outputs(result, top_k)
+    if bench:
+        from ..runtime.bench import benchmark
+
+        if "input_ids" in feeds:
+            count, unit = int(feeds["input_ids"].size), "tokens"
+        else:
+            count, unit = int(next(iter(feeds.values())).shape[0]), "samples"
+        res = benchmark(lambda: _forward(m, feeds, start_id), iters=iters, warmup=warmup, tokens_per_call=count)
+        _show_bench(res, unit)
+
+
+def _threads() -> int:
+    from ..runtime.session import default_threads
+
+    return default_threads()
+
+
+def _forward(m, feeds: dict[str, np.ndarray], start_id: int) -> dict[str, np.ndarray]:
+    """One forward; for RNN seq2seq: the encoder, then one decoder step from the start token."""
+    if m.role != "encoder":
+        return m.run(feeds)
+    from ..runtime.generate import rnn_states, rnn_step
+
+    carried = rnn_states(m, feeds)
+    token = np.full((next(iter(feeds.values())).shape[0], 1), start_id, np.int64)
+    step, _ = rnn_step(m, carried, token)
+    return {**{k: v for k, v in carried.items() if k not in feeds}, **step}
+
+
+def _show_inputs(feeds: dict[str, np.ndarray]) -> None:
+    shown = [f"{k} {list(v.shape)} {v.dtype}" for k, v in feeds.items() if not k.startswith("past_key_values.")]
+    out.print("inputs: " + ", ".join(shown))
+
+
+def _show_outputs(result: dict[str, np.ndarray], top_k: int) -> None:
+    t = Table("output", "shape", "dtype", "mean", "std", "min", "max", "NaN", box=None, pad_edge=False)
+    for name, v in result.items():
+        if name.startswith("present."):
+            continue
+        f = v.astype(np.float64) if v.dtype.kind == "f" else v
+        t.add_row(
+            name,
+            str(list(v.shape)),
+            str(v.dtype),
+            f"{f.mean():.4g}",
+            f"{f.std():.4g}",
+            f"{f.min():.4g}",
+            f"{f.max():.4g}",
+            str(int(np.isnan(f).sum())) if v.dtype.kind == "f" else "-",
+        )
+    out.print(t)
+    logits = result.get("logits")
+    if logits is None:
+        return
+    last = logits[:, -1] if logits.ndim == 3 else logits
+    where = "at the last position" if logits.ndim == 3 else "per sample"
+    out.print(f"top-{top_k} {where}:")
+    for b, row in enumerate(last[:8].astype(np.float32)):
+        k = min(top_k, row.shape[-1])
+        idx = np.argsort(-row, kind="stable")[:k]
+        out.print(f"  [{b}] " + "  ".join(f"{int(i)} ({row[i]:.3f})" for i in idx))
+
+
+def _show_bench(res, unit: str) -> None:
+    s = res.summary()
+    out.print(
+        f"latency p50 {s['p50_ms']:.2f} ms  p90 {s['p90_ms']:.2f} ms  p99 {s['p99_ms']:.2f} ms  "
+        f"(mean {s['mean_ms']:.2f}, min {s['min_ms']:.2f}, n={len(res.times_s)}); {s['tokens_per_s']:.1f} {unit}/s"
+    )

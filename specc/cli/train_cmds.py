@@ -1,3 +1,183 @@
-"""Commands of this group are registered on ``app`` here (see specc/cli/__init__.py)."""
+"""train, attention-map."""
 
 from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ..errors import SpecError
+from .app import SetOpt, app, err, load, out
+
+
+class RichReporter:
+    """A progress bar on stderr (terminals only) and one log line per interval on stdout."""
+
+    def __init__(self) -> None:
+        self.progress = Progress(
+            TextColumn("train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]:.4f}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            disable=not err.is_terminal,
+            transient=True,
+        )
+        self.bar: Any = None
+
+    def start(self, total: int, done: int) -> None:
+        self.progress.start()
+        self.bar = self.progress.add_task("train", total=total, completed=done, loss=float("nan"))
+
+    def advance(self, step: int, loss: float) -> None:
+        self.progress.update(self.bar, completed=step, loss=loss)
+
+    def log(self, text: str) -> None:
+        if self.progress.live.is_started and err.is_terminal:
+            self.progress.console.print(text, highlight=False)
+        else:
+            out.print(text)
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+
+class Schedule(str, Enum):
+    cosine = "cosine"
+    constant = "constant"
+
+
+@app.command()
+def train(
+    spec: Annotated[str | None, typer.Argument(help="spec file or preset (omit with --resume)")] = None,
+    task: Annotated[str | None, typer.Option("--task", "-t", help="reverse | copy | sort | add | lm")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", "-n", help="train until this many optimizer steps")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="checkpoint to write (.safetensors)")] = None,
+    batch: Annotated[int | None, typer.Option(help="sequences per step [64]")] = None,
+    lr: Annotated[float | None, typer.Option(help="peak learning rate (AdamW) [1e-3]")] = None,
+    min_len: Annotated[int | None, typer.Option(help="shortest source (add: digits per operand)")] = None,
+    max_len: Annotated[int | None, typer.Option(help="longest source; lm: window length")] = None,
+    seed: Annotated[int | None, typer.Option(help="data and dropout seed [0]; weights: --set init.seed=N")] = None,
+    text: Annotated[Path | None, typer.Option(help="--task lm: UTF-8 text file (character vocabulary)")] = None,
+    schedule: Annotated[Schedule | None, typer.Option(help="learning-rate schedule after warmup [cosine]")] = None,
+    warmup: Annotated[int | None, typer.Option(help="linear warmup steps [min(100, steps/10)]")] = None,
+    eval_every: Annotated[int | None, typer.Option(help="greedy evaluation interval [steps/5]")] = None,
+    eval_size: Annotated[int | None, typer.Option(help="held-out sequences per evaluation [512]")] = None,
+    save_every: Annotated[int, typer.Option(help="also write the checkpoint every this many steps")] = 0,
+    resume: Annotated[Path | None, typer.Option(help="continue from this checkpoint (its spec, task, step)")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu | cuda [cuda if available]")] = None,
+    sets: SetOpt = None,
+) -> None:
+    """Train a seq2seq model on a synthetic task, or a decoder LM on characters; write a checkpoint."""
+    import torch
+
+    from ..train import default_device, new_run, resume_run, save_run
+    from ..train import train as run_training
+    from ..train.checkpoint import optimizer_path
+    from ..train.loop import TrainConfig
+
+    if output is None:
+        raise SpecError("missing --output / -o", hint="e.g. -o reverse.safetensors")
+    _check_output(output)
+    flags = {
+        "task": task, "steps": steps, "batch": batch, "lr": lr, "min_len": min_len, "max_len": max_len,
+        "seed": seed, "text": str(text) if text else None, "schedule": schedule.value if schedule else None,
+        "warmup": warmup, "eval_every": eval_every, "eval_size": eval_size,
+    }  # fmt: skip
+    dev = default_device(device)
+    if resume is not None:
+        if sets:
+            raise SpecError("--set cannot change the model of a resumed checkpoint", hint="leave out --set")
+        run = resume_run(resume, flags, dev, spec=load(spec) if spec else None)
+        side = optimizer_path(resume)
+        if side.is_file():
+            out.print(f"resuming {resume} at step {run.step} (optimizer state from {side})")
+        else:
+            err.print(f"warning: {side} not found: resuming {resume} at step {run.step} with fresh Adam moments")
+    else:
+        if spec is None:
+            raise SpecError("missing SPEC", hint="specc train SPEC --task reverse --steps 2000 -o out.safetensors")
+        if task is None:
+            raise SpecError("missing --task", hint="reverse | copy | sort | add | lm")
+        if steps is None:
+            raise SpecError("missing --steps", hint="e.g. --steps 2000")
+        run = new_run(load(spec, sets), TrainConfig(**{k: v for k, v in flags.items() if v is not None}), dev)
+    n_params = sum(p.numel() for p in run.model.parameters())
+    lo, hi = run.lengths
+    lengths = f"window {hi}" if run.task is None else f"lengths {lo}–{hi} ({run.task.length_meaning})"
+    out.print(
+        f"{run.graph.meta['name']} ({run.graph.meta['family']}, {n_params:,} parameters) on {run.cfg.task}: "
+        f"{lengths}, vocabulary {len(run.vocab)}, batch {run.cfg.batch}, steps {run.step}→{run.cfg.steps}, {dev}"
+    )
+    torch.set_grad_enabled(True)
+    final = run_training(run, RichReporter(), save=lambda r: save_run(r, output), save_every=save_every)
+    _summary(run, final)
+    out.print(f"wrote {output} (step {run.step})")
+
+
+def _check_output(path: Path) -> None:
+    """Refuse an unwritable output before training, not after it."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise SpecError(f"output folder does not exist: {folder}", file=str(path))
+    if path.is_dir():
+        raise SpecError(f"{path} is a directory", file=str(path), hint="give a file name")
+
+
+def _summary(run: Any, final: dict[str, Any]) -> None:
+    from ..train.loop import describe
+    from ..train.samples import lm_sample, seq2seq_samples
+
+    out.print(f"final  {describe(final)}")
+    by_len = final.get("exact_by_length")
+    if by_len:
+        t = Table("source length", "exact-sequence accuracy", box=None, pad_edge=False)
+        for n, acc in by_len.items():
+            t.add_row(n, f"{acc:.1%}")
+        out.print(t)
+    if run.task is not None:
+        for src, want, got in seq2seq_samples(run, 3):
+            mark = "ok" if want == got else "WRONG"
+            out.print(f"  {src}  →  {got}  [{mark}]")
+    else:
+        out.print(f"  sample: {lm_sample(run, 120)!r}")
+
+
+@app.command("attention-map")
+def attention_map(
+    checkpoint: Annotated[Path, typer.Argument(help="a seq2seq checkpoint from specc train")],
+    input: Annotated[str, typer.Option("--input", "-i", help='input tokens separated by spaces, e.g. "3 1 4 1 5"')],
+    output: Annotated[Path, typer.Option("--output", "-o", help="image to write (.png, .svg or .pdf)")],
+    layer: Annotated[int | None, typer.Option(help="cross-attention layer (0-based) [last]")] = None,
+    head: Annotated[int | None, typer.Option(help="attention head [mean over heads]")] = None,
+    average: Annotated[bool, typer.Option("--average", help="mean over every layer and head")] = False,
+) -> None:
+    """Heat-map of cross-attention weights: rows = output tokens (greedy), columns = input tokens."""
+    from ..ir.lower import lower
+    from ..train import checkpoint as C
+    from ..train.attention import attention_map as compute
+    from ..train.model import SEQ2SEQ, build, objective, position_limits
+    from ..train.plot import save_heatmap
+    from ..train.session import default_device
+
+    ck = C.load(checkpoint)
+    graph = lower(ck.spec)
+    if objective(graph) != SEQ2SEQ:
+        raise SpecError(f"{graph.meta['name']} is a decoder LM: it has no cross-attention", file=str(checkpoint))
+    model = build(ck.spec, default_device("cpu"), ck.weights)
+    n_words = len(input.split())
+    limit = min(position_limits(graph).values(), default=None)
+    max_new = 2 * n_words + 4 if limit is None else min(2 * n_words + 4, limit - 1)
+    m = compute(model, graph, ck.vocab, input, max_new, layer, head, average)
+    save_heatmap(m, output, graph.meta["name"])
+    argmax = m.weights.argmax(1).tolist()
+    out.print(f"input:  {' '.join(m.cols)}")
+    out.print(f"output: {' '.join(m.rows)}")
+    out.print(f"argmax input position per output token: {' '.join(map(str, argmax))}")
+    out.print(f"wrote {output} ({len(m.rows)}×{len(m.cols)}, {m.title})")

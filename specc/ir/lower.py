@@ -385,6 +385,7 @@ def _rnn_seq2seq(s: RNNSeq2SeqSpec) -> LayerGraph:
         hidden=r.hidden,
         layers=r.layers,
         enc_dim=enc_dim,
+        enc_directions=2 if r.bidirectional else 1,  # h_final = [forward h_T | backward h_1] when 2
         attention=r.attention,
         attention_dim=r.attention_dim or r.hidden,
     )

@@ -242,7 +242,9 @@ def _rnn_decoder_params(a: Attrs, s: list[Shape]) -> dict[str, ParamSpec]:
 _op(
     "rnn_decoder",
     "recurrent decoder with fixed context or Bahdanau / Luong attention; inputs [y_embedded, encoder_states, "
-    "attention_mask?] → [B, N_dec, hidden + enc_dim] (state and context of every step)",
+    "attention_mask?] → [B, N_dec, hidden + enc_dim] (state and context of every step). The initial state of "
+    "every layer is tanh(bridge(h_final)), h_final = the encoder's last state ([forward h_T | backward h_1] "
+    "for `enc_directions` 2), which is also the fixed context when `attention` is none",
     lambda a, s: (s[0][0], s[0][1], a["hidden"] + a["enc_dim"]),
     _rnn_decoder_params,
 )

@@ -1,0 +1,24 @@
+"""ONNX backend: the IR emitted as an ONNX graph with exactly one fused attention node per attention layer.
+
+Entry point: ``export.export_onnx`` (also ``specc.export_onnx`` and ``specc compile --target onnx``).
+
+Layout of the package (one job per file):
+- ``builder``          graph builder over onnx.helper, export options, symbolic axis names
+- ``emit``             op-kind → ``make_<op>`` registry and the walk over IR ops
+- ``ops_embed``        embeddings, positions (learned / sinusoidal / 2-D), patches, class token
+- ``ops_dense``        norms, linear, activations, GLU, residual add, pooling
+- ``ops_attention``    the fused attention node (ai.onnx ``Attention`` or com.microsoft MHA / GQA), RoPE
+- ``masks``            padding / sliding-window / prefix masks, built once per stack
+- ``ops_moe``          mixture of experts
+- ``ops_rnn``          recurrent encoder (ONNX GRU / LSTM / RNN nodes)
+- ``kv_cache``         ``past_key_values.{i}.key|value`` → ``present.{i}.key|value``
+- ``graph_transformer`` / ``graph_rnn``   whole graphs (RNN seq2seq: encoder + one decoder step)
+- ``tables``           position encodings computed as the torch backend computes them
+- ``weights``          tensors from the torch backend (one initialisation, one weight loader)
+- ``save``             metadata, checker, atomic save, external data over 2 GB
+
+I/O names: inputs ``input_ids``, ``attention_mask`` (1 = token), ``token_type_ids``, ``pixel_values``,
+``decoder_input_ids``, ``past_key_values.{i}.key|value``; outputs ``logits`` (``last_hidden_state``,
+``pooler_output`` for encoders), ``present.{i}.key|value``. Axes ``batch``, ``sequence``,
+``decoder_sequence``, ``past_sequence``, ``total_sequence`` are dynamic.
+"""

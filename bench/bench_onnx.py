@@ -1,0 +1,248 @@
+"""ONNX Runtime (CPU EP) vs the specc torch backend vs HF transformers on GPT-2 small, in one process.
+
+    python bench/bench_onnx.py            # the recorded benchmark (a few minutes on 2 cores)
+    python bench/bench_onnx.py --quick    # smoke test, < 1 minute
+
+Measured in the same run, with the same random weights (HF's GPT2LMHeadModel initialisation, loaded into
+specc by its Hugging Face name mapping) and the same thread count, contenders timed round-robin:
+- forward latency, B=1, N=512, fp32: ORT on the exported graph (opset-23 ``Attention``), the torch backend,
+  HF ``GPT2LMHeadModel`` (sdpa); ratios to HF;
+- ORT's fp32 MatMul peak (MatMul-only ONNX graphs: GPT-2's MLP shape and 1024×1024→4096, the faster) and
+  the share of it the ORT forward reaches. Model matmul FLOPs come from the IR: 2·in·out per linear per
+  token, plus 4·N²·d per layer for QKᵀ and AV (the FlopCounterMode convention, no causal halving);
+- greedy generation tokens/s through the KV-cache graph vs the torch backend and HF ``generate`` (KV cache);
+- export time of GPT-2 small (fp32, including the full checker).
+Targets (issue 5): ORT forward ≥ 1.5× HF and ≥ 90% of the MatMul peak; generation ≥ 2× HF tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def machine() -> str:
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        for line in text.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def interleaved(fns: dict, rounds: int, warmup: int) -> dict[str, float]:
+    """Median seconds per call of each function, timed round-robin (one call each per round), so that load
+    from other processes on a shared machine falls on every contender alike."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def ort_session(path: Path, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def matmul_peak_graph(threads: int, tokens: int, d: int, hidden: int):
+    """ORT's fp32 MatMul on a graph of MLP-shaped MatMuls ([tokens, d] → hidden → d, ×4): (run, FLOPs)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(4):
+        w1 = numpy_helper.from_array((rng.standard_normal((d, hidden)) * 0.02).astype(np.float32), f"w1_{i}")
+        w2 = numpy_helper.from_array((rng.standard_normal((hidden, d)) * 0.02).astype(np.float32), f"w2_{i}")
+        inits += [w1, w2]
+        nodes.append(helper.make_node("MatMul", [x, f"w1_{i}"], [f"h{i}"]))
+        nodes.append(helper.make_node("MatMul", [f"h{i}", f"w2_{i}"], [f"y{i}"]))
+        x = f"y{i}"
+    graph = helper.make_graph(
+        nodes,
+        "matmul_peak",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [tokens, d])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [tokens, d])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 11
+    with tempfile.TemporaryDirectory() as d_:
+        p = Path(d_) / "mm.onnx"
+        p.write_bytes(model.SerializeToString())
+        sess = ort_session(p, threads)
+    feed = {"x": rng.standard_normal((tokens, d)).astype(np.float32)}
+    return (lambda: sess.run(None, feed)), 4 * 2 * (2 * tokens * d * hidden)
+
+
+def model_matmul_flops(graph, batch: int, seq: int) -> float:
+    """Matmul FLOPs of one forward from the IR: linears (2·in·out per token) + attention (4·N·N·heads·d_head)."""
+    total = 0.0
+    for op in graph.ops():
+        if op.kind == "linear":
+            total += 2.0 * op.attrs["in_features"] * op.attrs["out_features"] * batch * seq
+        elif op.kind == "attention":
+            total += 4.0 * batch * op.attrs["heads"] * seq * seq * op.attrs["head_dim"]
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 blocks, N=128, few iterations (< 1 minute)")
+    ap.add_argument("--threads", type=int, default=None, help="threads for every runtime (default: usable cores)")
+    ap.add_argument("--seq", type=int, default=None, help="forward length N (default 512; quick 128)")
+    ap.add_argument("--new-tokens", type=int, default=None, help="generated tokens (default 128; quick 16)")
+    args = ap.parse_args()
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    import specc
+    from specc.runtime.session import default_threads
+
+    threads = args.threads or default_threads()
+    torch.set_num_threads(threads)
+    quick = args.quick
+    seq = args.seq or (128 if quick else 512)
+    new_tokens = args.new_tokens or (8 if quick else 128)
+    prompt = 32
+    iters, gen_iters, warmup = (2, 1, 1) if quick else (10, 3, 2)
+    overrides = ["blocks=2"] if quick else []
+    spec = specc.load_spec("gpt2", overrides)
+    graph = specc.lower(spec)
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(
+        n_layer=spec.blocks,
+        n_embd=spec.d_model,
+        n_head=spec.attention.heads,
+        n_positions=spec.context,
+        vocab_size=spec.vocab_size,
+        attn_implementation="sdpa",
+    )
+    hf = GPT2LMHeadModel(cfg).eval()
+    hf_weights = {k: v.detach().clone() for k, v in hf.state_dict().items()}
+    ours = specc.build_torch(spec, weights=hf_weights).eval()
+
+    rows: list[tuple[str, str, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        plain = specc.export_onnx(spec, Path(tmp) / "gpt2.onnx", weights=hf_weights)
+        export_s = time.perf_counter() - t0
+        cached = specc.export_onnx(spec, Path(tmp) / "gpt2_kv.onnx", weights=hf_weights, kv_cache=True)
+        sess = ort_session(plain, threads)
+
+        ids = torch.randint(0, spec.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0))
+        feed = {"input_ids": ids.numpy(), "attention_mask": np.ones((1, seq), np.int64)}
+        # the peak: the faster of a model-shaped MatMul chain and a large one (1024 × 1024 → 4096)
+        mm_model, mm_model_flops = matmul_peak_graph(threads, seq, spec.d_model, 4 * spec.d_model)
+        mm_big, mm_big_flops = matmul_peak_graph(threads, 1024, 1024, 4096)
+        with torch.inference_mode():
+            ref = hf(ids).logits.numpy()
+            diff = float(np.abs(sess.run(None, feed)[0] - ref).max())
+            t = interleaved(
+                {
+                    "ort": lambda: sess.run(None, feed),
+                    "ours": lambda: ours(ids),
+                    "hf": lambda: hf(ids),
+                    "mm_model": mm_model,
+                    "mm_big": mm_big,
+                },
+                iters,
+                warmup,
+            )
+        t_ort, t_ours, t_hf = t["ort"], t["ours"], t["hf"]
+        peak = max(mm_model_flops / t["mm_model"], mm_big_flops / t["mm_big"]) / 1e9
+        flops = model_matmul_flops(graph, 1, seq)
+        ort_gflops = flops / t_ort / 1e9
+
+        from specc.runtime.generate import greedy
+        from specc.runtime.model import OrtModel
+
+        om = OrtModel.open(cached, "cpu", threads)
+        pids = ids[:, :prompt]
+        pfeed = {"input_ids": pids.numpy(), "attention_mask": np.ones((1, prompt), np.int64)}
+        out_ids = greedy(om, pfeed, new_tokens)
+        with torch.inference_mode():
+            kw = dict(
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                use_cache=True,
+                pad_token_id=0,
+                attention_mask=torch.ones_like(pids),
+            )
+            hf_ids = hf.generate(pids, **kw)[:, prompt:].numpy()
+            t = interleaved(
+                {
+                    "ort": lambda: greedy(om, pfeed, new_tokens),
+                    "ours": lambda: ours.generate(pids, new_tokens),
+                    "hf": lambda: hf.generate(pids, **kw),
+                },
+                gen_iters,
+                min(warmup, 1),
+            )
+        t_gen_ort, t_gen_ours, t_gen_hf = t["ort"], t["ours"], t["hf"]
+        same = int((hf_ids[0] == out_ids[0]).sum())
+
+    n = spec.blocks
+    rows += [
+        (f"forward B=1 N={seq} fp32: ORT CPU EP", f"{t_ort * 1e3:.1f} ms", f"{t_hf / t_ort:.2f}× HF"),
+        ("forward: specc torch backend", f"{t_ours * 1e3:.1f} ms", f"{t_hf / t_ours:.2f}× HF"),
+        ("forward: HF GPT2LMHeadModel (sdpa)", f"{t_hf * 1e3:.1f} ms", "1.00× HF"),
+        ("ORT fp32 MatMul peak (MatMul-only graphs, best of 2 shapes)", f"{peak:.1f} GFLOP/s", ""),
+        ("ORT forward matmul throughput", f"{ort_gflops:.1f} GFLOP/s", f"{100 * ort_gflops / peak:.0f}% of peak"),
+        (
+            f"greedy generation, prompt {prompt}, {new_tokens} new: ORT KV-cache graph",
+            f"{new_tokens / t_gen_ort:.1f} tok/s",
+            f"{t_gen_hf / t_gen_ort:.2f}× HF",
+        ),
+        (
+            "greedy generation: specc torch backend (KV cache)",
+            f"{new_tokens / t_gen_ours:.1f} tok/s",
+            f"{t_gen_hf / t_gen_ours:.2f}× HF",
+        ),
+        ("greedy generation: HF generate (KV cache)", f"{new_tokens / t_gen_hf:.1f} tok/s", "1.00× HF"),
+        (f"export GPT-2 {'(2 blocks)' if quick else 'small'} fp32 incl. full checker", f"{export_s:.1f} s", ""),
+        ("max |ORT − HF| logits (same weights)", f"{diff:.2e}", f"greedy ids equal: {same}/{new_tokens}"),
+    ]
+    print(f"command: python bench/bench_onnx.py {' '.join(sys.argv[1:])}".rstrip())
+    print(
+        f"machine: {machine()}, {threads} threads (torch.set_num_threads and ORT intra_op_num_threads); "
+        f"{'quick: ' + str(n) + ' blocks' if quick else 'GPT-2 small (12 blocks)'}; "
+        f"onnxruntime {__import__('onnxruntime').__version__}, torch {torch.__version__}, "
+        f"transformers {__import__('transformers').__version__}; other load on the machine adds noise\n"
+    )
+    print("| measurement | value | ratio |")
+    print("|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} |")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()

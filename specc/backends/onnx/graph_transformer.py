@@ -1,0 +1,48 @@
+"""One ONNX graph for a Transformer family (decoder, encoder, encoder-decoder, ViT), optionally with a KV cache."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from ...ir.graph import LayerGraph
+from .builder import ExportOptions, GraphBuilder, symbolic
+from .emit import emit_ops
+from .kv_cache import KVCache
+from .ops_attention import check_contrib
+
+
+def validate(g: LayerGraph, opts: ExportOptions) -> None:
+    """What would make the export fail, checked before any weight is allocated."""
+    if opts.kv_cache:
+        KVCache.plan(g)
+    if opts.attention == "contrib":
+        for op in g.ops():
+            if op.kind == "attention":
+                check_contrib(op)
+
+
+def build_transformer(g: LayerGraph, weights: Mapping[str, np.ndarray], opts: ExportOptions) -> onnx.ModelProto:
+    b = GraphBuilder(str(g.meta.get("name", "model")), opts, weights)
+    cache = KVCache.plan(g) if opts.kv_cache else None
+    cached_pad = cache is not None and any(
+        op.attrs.get("padding") and op.inputs[-1] == "attention_mask" for op in cache.ops
+    )
+    for inp in g.inputs.values():
+        if inp.name == "attention_mask" and not opts.padding_mask:
+            continue  # every key valid; the attention nodes get no padding mask
+        elem = TensorProto.INT64 if inp.dtype == "int64" else b.ftype
+        dims = symbolic(inp.shape, {1: "total_sequence"} if inp.name == "attention_mask" and cached_pad else None)
+        b.values[inp.name] = b.add_input(inp.name, elem, dims)
+    if cache is not None:
+        b.cache = cache
+        cache.add_inputs(b)
+    emit_ops(b, g.ops())
+    for name, op_name in g.outputs.items():
+        b.add_output(name, b.values[op_name], b.ftype, symbolic(g.op(op_name).shape))
+    if cache is not None:
+        cache.add_outputs(b, "total_sequence")
+    return b.model(doc=f"specc {g.meta.get('family')} {g.meta.get('name')}")

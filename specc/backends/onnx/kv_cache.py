@@ -1,0 +1,71 @@
+"""The KV cache of one self-attention stack: which attention ops are cached, and the past length.
+
+Layout (every attention op kind): ``past_key_values.{i}.key|value`` and ``present.{i}.key|value`` are
+``[batch, kv_heads, past_sequence, head_dim]`` in the model dtype; ``i`` counts the cached stack's
+self-attention layers in order (the decoder's, for encoder-decoder models; cross-attention is recomputed from
+the encoder output each call). ``attention_mask`` of a cached decoder-only model covers past + new tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from onnx import helper
+
+from ...errors import SpecError
+from ...ir.graph import LayerGraph, Op
+from .builder import GraphBuilder
+
+LAYOUT = "past_key_values.{i}.key|value -> present.{i}.key|value: [batch, kv_heads, past_sequence, head_dim]"
+
+
+@dataclass
+class KVCache:
+    stack: str | None
+    index: dict[str, int]  # attention op name → cache layer
+    ops: list[Op]
+    past_len: str = ""  # scalar int64 tensor: past_sequence
+    presents: list[tuple[str, str]] = field(default_factory=list)
+
+    @staticmethod
+    def plan(g: LayerGraph) -> KVCache:
+        """The stack whose causal self-attention gets the cache: the one producing ``logits``."""
+        head = g.outputs.get("logits")
+        stack = g.op(head).stack if head else None
+        ops = [op for op in g.ops() if op.kind == "attention" and not op.attrs["cross"] and op.stack == stack]
+        if not ops or any(op.attrs["mask"] not in ("causal", "sliding_window", "prefix") for op in ops):
+            raise SpecError(
+                f"--kv-cache needs a causal decoder; {g.meta.get('name')} ({g.meta.get('family')}) has none",
+                hint="drop --kv-cache for encoders and ViTs",
+            )
+        return KVCache(stack, {op.name: i for i, op in enumerate(ops)}, ops)
+
+    def add_inputs(self, b: GraphBuilder) -> None:
+        for i, op in enumerate(self.ops):
+            shape = ["batch", op.attrs["kv_heads"], "past_sequence", op.attrs["head_dim"]]
+            b.add_input(f"past_key_values.{i}.key", b.ftype, shape)
+            b.add_input(f"past_key_values.{i}.value", b.ftype, shape)
+        self.past_len = b.scalar_dim("past_key_values.0.key", 2)
+
+    def past(self, op: Op) -> tuple[str, str]:
+        i = self.index[op.name]
+        return f"past_key_values.{i}.key", f"past_key_values.{i}.value"
+
+    def present(self, op: Op) -> tuple[str, str]:
+        i = self.index[op.name]
+        names = f"present.{i}.key", f"present.{i}.value"
+        self.presents.append(names)
+        return names
+
+    def add_outputs(self, b: GraphBuilder, total: str) -> None:
+        for (k, v), op in zip(self.presents, self.ops, strict=True):
+            shape = ["batch", op.attrs["kv_heads"], total, op.attrs["head_dim"]]
+            b.outputs.append(helper.make_tensor_value_info(k, b.ftype, shape))
+            b.outputs.append(helper.make_tensor_value_info(v, b.ftype, shape))
+
+
+def offset(b: GraphBuilder, stack: str | None) -> str:
+    """Absolute position of the first new token: the past length for the cached stack, else 0."""
+    if b.cache is not None and b.cache.stack == stack:
+        return b.cache.past_len
+    return b.scalar_i64(0)

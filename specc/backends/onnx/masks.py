@@ -1,0 +1,92 @@
+"""Attention masks as small shared subgraphs (built once per stack, reused by every layer).
+
+A boolean ``keep`` mask broadcastable to ``[B, 1, N_q, N_k]`` (True = attend) is the common form: the
+padding mask ``[B, 1, 1, N_k]`` from ``attention_mask`` (1 = keep) and the structural mask ``[N_q, N_k]``
+for sliding-window and prefix attention. Plain causal masks are never materialised: the standard op's
+``is_causal`` (bottom-right aligned with a KV cache) and the contrib ops' built-in causality express them.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ...ir.graph import Op
+from .builder import GraphBuilder
+from .kv_cache import offset
+
+
+def padding_keep(b: GraphBuilder, pad: str) -> str:
+    """``attention_mask`` [B, N_k] int → bool [B, 1, 1, N_k] (1 = keep)."""
+    key = ("pad", pad)
+    if key not in b.memo:
+        keep = b.op("Cast", [pad], scope="mask", to=9)  # 9 = BOOL
+        b.memo[key] = b.op("Unsqueeze", [keep, b.i64(1, 2)], scope="mask")
+    return b.memo[key]
+
+
+def positions(b: GraphBuilder, x: str, stack: str | None) -> tuple[str, str]:
+    """Absolute positions of a stack's new tokens: (start, end) scalars, start = past length. ``x`` is any
+    [B, N, ·] tensor of the stack; every layer of a stack shares the result."""
+    key = ("span", stack)
+    if key not in b.memo:
+        start = offset(b, stack)
+        end = b.op("Add", [start, b.scalar_dim(x, 1)], scope="positions")
+        b.memo[key] = (start, end)
+    return b.memo[key]
+
+
+def structural_keep(b: GraphBuilder, op: Op, q: str) -> str | None:
+    """Bool [N_q, N_k] for sliding_window / prefix self-attention; None for none / padding / causal."""
+    a = op.attrs
+    kind = a["mask"]
+    if kind in ("none", "padding", "causal"):
+        return None
+    key = ("struct", kind, a.get("window"), a.get("prefix"), op.stack)
+    if key in b.memo:
+        return b.memo[key]
+    start, end = positions(b, q, op.stack)
+    one, zero = b.scalar_i64(1), b.scalar_i64(0)
+    qpos = b.op("Unsqueeze", [b.op("Range", [start, end, one], scope="mask"), b.i64(1)], scope="mask")  # [Nq, 1]
+    kpos = b.op("Unsqueeze", [b.op("Range", [zero, end, one], scope="mask"), b.i64(0)], scope="mask")  # [1, Nk]
+    causal = b.op("LessOrEqual", [kpos, qpos], scope="mask")
+    if kind == "sliding_window":
+        # `window` keys visible, self included: q - window < k <= q
+        low = b.op("Sub", [qpos, b.const(np.array(int(a["window"]), np.int64), "window")], scope="mask")
+        keep = b.op("And", [causal, b.op("Greater", [kpos, low], scope="mask")], scope="mask")
+    elif kind == "prefix":
+        # the first `prefix` positions see each other (and every later position sees them); the rest are causal
+        in_prefix = b.op("Less", [kpos, b.const(np.array(int(a["prefix"]), np.int64), "prefix")], scope="mask")
+        keep = b.op("Or", [causal, in_prefix], scope="mask")
+    else:
+        raise NotImplementedError(f"mask {kind}")
+    b.memo[key] = keep
+    return keep
+
+
+def combined_keep(b: GraphBuilder, op: Op, q: str, pad: str) -> str | None:
+    """Structural ∧ padding, or whichever exists; None when neither does. Always [.., N_q, N_k]: ORT's
+    Attention kernel does not broadcast the mask over the query axis."""
+    struct = structural_keep(b, op, q)
+    padk = padding_keep(b, pad) if pad else None
+    if struct is None and padk is not None:
+        key = ("padq", padk, op.stack, bool(op.attrs.get("cross")))
+        if key not in b.memo:
+            rows = b.op("Concat", [b.i64(1, 1), b.dim(q, 1), b.i64(1)], scope="mask", axis=0)
+            b.memo[key] = b.op("Expand", [padk, rows], scope="mask")  # [B, 1, N_q, N_k]
+        return b.memo[key]
+    if struct is None or padk is None:
+        return struct
+    key = ("and", struct, padk)
+    if key not in b.memo:
+        b.memo[key] = b.op("And", [struct, padk], scope="mask")
+    return b.memo[key]
+
+
+def additive(b: GraphBuilder, keep: str) -> str:
+    """Bool keep → additive bias in the model dtype (0 or the dtype's lowest value) for the contrib ops."""
+    key = ("add", keep)
+    if key not in b.memo:
+        low = b.const(np.array(ml_dtypes.finfo(b.np_ftype).min, dtype=b.np_ftype), "mask_min")
+        b.memo[key] = b.op("Where", [keep, b.const(np.array(0.0), "zero"), low], scope="mask")
+    return b.memo[key]

@@ -1,0 +1,74 @@
+"""Checkpoints: safetensors with the validated spec in the metadata, so the file alone rebuilds the model."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ... import __version__
+from ...errors import SpecError
+from ...io import atomic_write
+from .build import build_torch
+from .runtime import DTYPES, Model
+
+SPEC_KEY = "specc.spec"
+
+
+def _spec_model(spec: Any) -> Any:
+    if isinstance(spec, (str, os.PathLike, dict)):
+        from ...spec.loader import load_spec
+
+        return load_spec(spec)
+    return spec
+
+
+def compile_checkpoint(
+    spec: Any,
+    path: str | os.PathLike[str],
+    weights: str | os.PathLike[str] | dict[str, torch.Tensor] | None = None,
+    dtype: str | torch.dtype | None = None,
+) -> Path:
+    """Write the model's weights (``weights``, or the seeded init) and its spec to one .safetensors file."""
+    spec = _spec_model(spec)
+    model = build_torch(spec, weights=weights, device="cpu", dtype=dtype)
+    tensors = {name: t.contiguous() for name, t in model.state_dict().items()}
+    described = spec.model_dump(mode="json")
+    described.pop("extends", None)  # already resolved into the fields
+    stored = next(iter(tensors.values())).dtype if tensors else None
+    described["dtype"] = next((k for k, v in DTYPES.items() if v == stored), described["dtype"])
+    metadata = {SPEC_KEY: json.dumps(described), "specc.version": __version__, "format": "pt"}
+
+    from safetensors.torch import save_file
+
+    return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
+
+
+def read_spec(path: str | os.PathLike[str]) -> Any:
+    """The validated spec stored in a checkpoint written by ``compile_checkpoint``."""
+    from safetensors import SafetensorError, safe_open
+
+    from ...spec.loader import load_spec
+
+    try:
+        with safe_open(os.fspath(path), "pt") as f:
+            metadata = f.metadata() or {}
+    except (SafetensorError, OSError) as e:
+        raise SpecError(f"cannot read safetensors: {e}", file=os.fspath(path)) from None
+    if SPEC_KEY not in metadata:
+        raise SpecError(
+            "this safetensors file has no specc spec in its metadata",
+            file=os.fspath(path),
+            hint="pass the spec and use the file as --weights, or write it with `specc compile --target torch`",
+        )
+    return load_spec(json.loads(metadata[SPEC_KEY]))
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str], device: str | torch.device | None = None, dtype: str | torch.dtype | None = None
+) -> Model:
+    """Rebuild a model from a checkpoint alone: its spec from the metadata, its weights from the tensors."""
+    return build_torch(read_spec(path), weights=path, device=device, dtype=dtype)

@@ -1,0 +1,174 @@
+"""Greedy decoding over exported graphs: the KV-cache graph (one new token per call), a cache-less graph
+(recompute the whole context), or the RNN encoder + one-step decoder pair."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import SpecError
+from .inputs import DEFAULT_START_ID
+from .model import OrtModel
+
+OnToken = Callable[[int], None]
+
+
+def greedy(
+    model: OrtModel,
+    feeds: dict[str, np.ndarray],
+    max_new: int,
+    start_id: int = DEFAULT_START_ID,
+    eos_id: int | None = None,
+    on_token: OnToken | None = None,
+) -> np.ndarray:
+    """New token ids [B, ≤ max_new] chosen by argmax. ``feeds``: checked inputs (input_ids, masks, ...)."""
+    if max_new < 1:
+        raise SpecError("--generate needs a positive number of tokens")
+    family = model.family
+    if model.role == "encoder":
+        return _rnn(model, feeds, max_new, start_id, eos_id, on_token)
+    if family == "decoder":
+        _fits(model, feeds["input_ids"].shape[1] + max_new - 1)
+        return _decoder(model, feeds, max_new, eos_id, on_token)
+    if family == "encoder_decoder":
+        _fits(model, max_new)
+        return _seq2seq(model, feeds, max_new, start_id, eos_id, on_token)
+    raise SpecError(f"--generate needs a decoder; {model.path.name} is a {family or 'non-specc'} model")
+
+
+def _fits(model: OrtModel, length: int) -> None:
+    limit = model.max_positions
+    if limit and length > limit:
+        raise SpecError(
+            f"generating to {length} tokens passes the model's {limit} learned positions", hint="ask for fewer tokens"
+        )
+
+
+class _Stopper:
+    def __init__(self, batch: int, eos_id: int | None, on_token: OnToken | None) -> None:
+        self.done = np.zeros(batch, bool)
+        self.eos_id, self.on_token, self.tokens = eos_id, on_token, []
+
+    def add(self, logits: np.ndarray) -> np.ndarray:
+        nxt = logits[:, -1].astype(np.float32).argmax(-1).astype(np.int64)
+        if self.eos_id is not None:
+            nxt = np.where(self.done, self.eos_id, nxt)
+            self.done |= nxt == self.eos_id
+        self.tokens.append(nxt)
+        if self.on_token:
+            self.on_token(len(self.tokens))
+        return nxt
+
+    @property
+    def finished(self) -> bool:
+        return self.eos_id is not None and bool(self.done.all())
+
+    def result(self) -> np.ndarray:
+        return np.stack(self.tokens, 1)
+
+
+def _empty_past(model: OrtModel, batch: int) -> dict[str, np.ndarray]:
+    return {
+        s.name: np.zeros((batch, s.shape[1], 0, s.shape[3]), s.dtype)
+        for s in model.inputs()
+        if s.name.startswith("past_key_values.")
+    }
+
+
+def _presents(out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {f"past_key_values.{k[len('present.') :]}": v for k, v in out.items() if k.startswith("present.")}
+
+
+def _decoder(model: OrtModel, feeds: dict[str, np.ndarray], max_new: int, eos_id: int | None, on_token: OnToken | None):
+    ids = feeds["input_ids"]
+    batch = ids.shape[0]
+    mask = feeds.get("attention_mask")
+    has_mask = "attention_mask" in {s.name for s in model.inputs()}
+    if mask is None:
+        mask = np.ones(ids.shape, np.int64)
+    stop = _Stopper(batch, eos_id, on_token)
+    cached = model.kv_cache
+    step = {"input_ids": ids, **({"attention_mask": mask} if has_mask else {})}
+    if cached:
+        step.update(_empty_past(model, batch))
+    for _ in range(max_new):
+        out = model.run(step)
+        nxt = stop.add(out["logits"])
+        if stop.finished or len(stop.tokens) == max_new:
+            break
+        mask = np.concatenate([mask, np.ones((batch, 1), mask.dtype)], 1)
+        if cached:
+            step = {"input_ids": nxt[:, None], **_presents(out)}
+        else:
+            ids = np.concatenate([ids, nxt[:, None]], 1)
+            step = {"input_ids": ids}
+        if has_mask:
+            step["attention_mask"] = mask
+    return stop.result()
+
+
+def _seq2seq(
+    model: OrtModel,
+    feeds: dict[str, np.ndarray],
+    max_new: int,
+    start_id: int,
+    eos_id: int | None,
+    on_token: OnToken | None,
+):
+    src = {k: v for k, v in feeds.items() if k in ("input_ids", "attention_mask")}
+    batch = feeds["input_ids"].shape[0]
+    dec = np.full((batch, 1), start_id, np.int64)
+    stop = _Stopper(batch, eos_id, on_token)
+    cached = model.kv_cache
+    step = {**src, "decoder_input_ids": dec, **(_empty_past(model, batch) if cached else {})}
+    for _ in range(max_new):
+        out = model.run(step)
+        nxt = stop.add(out["logits"])
+        if stop.finished or len(stop.tokens) == max_new:
+            break
+        if cached:
+            step = {**src, "decoder_input_ids": nxt[:, None], **_presents(out)}
+        else:
+            dec = np.concatenate([dec, nxt[:, None]], 1)
+            step = {**src, "decoder_input_ids": dec}
+    return stop.result()
+
+
+def rnn_states(model: OrtModel, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the RNN encoder graph: encoder states, the mask and the decoder's initial state(s)."""
+    src = {k: v for k, v in feeds.items() if k in {s.name for s in model.inputs("encoder")}}
+    enc = model.run(src, "encoder")
+    step_inputs = {s.name for s in model.inputs("decoder_step")}
+    carried = {k: v for k, v in {**src, **enc}.items() if k in step_inputs}
+    return carried
+
+
+def rnn_step(model: OrtModel, carried: dict[str, np.ndarray], token: np.ndarray) -> tuple[dict[str, np.ndarray], dict]:
+    """One decoder step: returns the outputs and the carried inputs for the next step (``next_X`` → ``X``)."""
+    out = model.run({**carried, "decoder_input_ids": token}, "decoder_step")
+    nxt = dict(carried)
+    for k, v in out.items():
+        if k.startswith("next_"):
+            nxt[k[len("next_") :]] = v
+    return out, nxt
+
+
+def _rnn(
+    model: OrtModel,
+    feeds: dict[str, np.ndarray],
+    max_new: int,
+    start_id: int,
+    eos_id: int | None,
+    on_token: OnToken | None,
+):
+    carried = rnn_states(model, feeds)
+    batch = feeds["input_ids"].shape[0]
+    token = np.full((batch, 1), start_id, np.int64)
+    stop = _Stopper(batch, eos_id, on_token)
+    for _ in range(max_new):
+        out, carried = rnn_step(model, carried, token)
+        token = stop.add(out["logits"])[:, None]
+        if stop.finished:
+            break
+    return stop.result()

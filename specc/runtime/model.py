@@ -1,0 +1,122 @@
+"""An exported specc model opened for inference: its session(s), the spec from the metadata, its I/O."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import SpecError
+from .session import open_session
+
+ORT_TYPES = {
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(bool)": np.bool_,
+}
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    name: str
+    dtype: Any  # numpy dtype (None for types numpy lacks, e.g. bfloat16)
+    type_name: str
+    shape: tuple[int | str | None, ...]
+
+
+@dataclass
+class OrtModel:
+    """``sessions['model']`` for Transformer exports; ``'encoder'`` and ``'decoder_step'`` for RNN seq2seq."""
+
+    path: Path
+    sessions: dict[str, Any]
+    provider: str
+    meta: dict[str, str]
+    spec: dict[str, Any] = field(default_factory=dict)
+    ir_meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], provider: str = "auto", threads: int | None = None, verbose: bool = False
+    ) -> OrtModel:
+        path = Path(path)
+        sess, active = open_session(path, provider, threads, verbose)
+        meta = dict(sess.get_modelmeta().custom_metadata_map)
+        role = meta.get("specc.role", "model")
+        sessions = {role: sess}
+        if role == "decoder_step":
+            raise SpecError(
+                f"{path.name} is the one-step decoder of an RNN seq2seq export",
+                hint=f"run the encoder file {meta.get('specc.encoder', '')} instead",
+            )
+        if role == "encoder":
+            step = path.with_name(meta.get("specc.decoder_step", ""))
+            if not step.is_file():
+                raise SpecError(f"the decoder step graph {step.name} is missing beside {path.name}", file=str(path))
+            sessions["decoder_step"], _ = open_session(step, active_name(active), threads, verbose)
+        model = cls(path, sessions, active, meta)
+        model.spec = json.loads(meta.get("specc.spec", "{}"))
+        model.ir_meta = json.loads(meta.get("specc.ir_meta", "{}"))
+        return model
+
+    # -- facts ----------------------------------------------------------------------------------------
+
+    @property
+    def role(self) -> str:
+        return self.meta.get("specc.role", "model")
+
+    @property
+    def family(self) -> str:
+        return self.meta.get("specc.family", "")
+
+    @property
+    def main(self) -> Any:
+        return self.sessions["encoder" if self.role == "encoder" else "model"]
+
+    @property
+    def kv_cache(self) -> bool:
+        return any(i.name.startswith("past_key_values.") for i in self.main.get_inputs())
+
+    def vocab(self, name: str) -> int | None:
+        """Vocabulary an id input indexes (from the spec in the metadata); None when unknown."""
+        if name == "decoder_input_ids":
+            return self.spec.get("target_vocab_size") or self.spec.get("vocab_size")
+        if name == "token_type_ids":
+            return self.spec.get("type_vocab_size") or None
+        if name == "input_ids":
+            return self.spec.get("vocab_size")
+        return None
+
+    @property
+    def max_positions(self) -> int | None:
+        """Longest sequence a stack can read: the learned position table's size (None: unbounded)."""
+        position = self.spec.get("position", {})
+        kind = position.get("type") if isinstance(position, dict) else position
+        return self.spec.get("context") if kind == "learned" and self.family != "vit" else None
+
+    def inputs(self, role: str | None = None) -> list[IOSpec]:
+        sess = self.sessions[role] if role else self.main
+        return [IOSpec(i.name, ORT_TYPES.get(i.type), i.type, tuple(i.shape)) for i in sess.get_inputs()]
+
+    def outputs(self, role: str | None = None) -> list[str]:
+        sess = self.sessions[role] if role else self.main
+        return [o.name for o in sess.get_outputs()]
+
+    def run(self, feeds: dict[str, np.ndarray], role: str | None = None) -> dict[str, np.ndarray]:
+        sess = self.sessions[role] if role else self.main
+        try:
+            values = sess.run(None, feeds)
+        except Exception as e:  # onnxruntime's own exception types
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise SpecError(f"onnxruntime failed: {first}") from None
+        return dict(zip(self.outputs(role), values, strict=True))
+
+
+def active_name(provider: str) -> str:
+    return "cuda" if provider.startswith("CUDA") else "cpu"

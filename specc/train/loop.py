@@ -1,0 +1,241 @@
+"""The training loop: one objective (seq2seq cross-entropy or next-character LM), Adam, clipping, evaluation.
+
+A step's batch and dropout come from ``step_seed(seed, step)`` and the learning rate from ``lr_at(step)``,
+so training N steps, saving and resuming to 2N gives the same weights as training 2N steps at once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import SpecError
+from ..ir.graph import LayerGraph
+from ..ir.lower import lower
+from . import model as M
+from .evaluate import eval_pairs, evaluate_lm, evaluate_seq2seq
+from .metrics import teacher_forced_acc
+from .schedule import SCHEDULES, lr_at, step_seed
+from .tasks import Pair, Task, make_task
+from .text import TextData, check_window, read_text
+from .vocab import PAD, Vocab
+
+MAX_STEPS = 10_000_000
+MAX_BATCH = 1 << 16
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    task: str
+    steps: int
+    batch: int = 64
+    lr: float = 1e-3
+    min_len: int | None = None  # None: the task's default (seq2seq) / 1 (lm)
+    max_len: int | None = None  # lm: the window length (default min(context, 128))
+    seed: int = 0
+    schedule: str = "cosine"
+    warmup: int | None = None  # None: min(100, steps // 10)
+    clip: float = 1.0
+    eval_every: int | None = None  # None: steps // 5
+    eval_size: int = 512
+    text: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Reporter(Protocol):
+    def start(self, total: int, done: int) -> None: ...
+    def advance(self, step: int, loss: float) -> None: ...
+    def log(self, text: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+class Quiet:
+    def start(self, total: int, done: int) -> None: ...
+    def advance(self, step: int, loss: float) -> None: ...
+    def log(self, text: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+@dataclass
+class Run:
+    """Everything a training run holds; ``step`` optimizer updates have been applied."""
+
+    spec: Any
+    graph: LayerGraph
+    cfg: TrainConfig
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    vocab: Vocab
+    device: torch.device
+    task: Task | None = None
+    text: TextData | None = None
+    eval_set: list[Pair] = field(default_factory=list)
+    step: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def lengths(self) -> tuple[int, int]:
+        return self.cfg.min_len or 1, self.cfg.max_len or 1
+
+    @property
+    def warmup(self) -> int:
+        return self.cfg.warmup if self.cfg.warmup is not None else min(100, self.cfg.steps // 10)
+
+
+def check_config(cfg: TrainConfig) -> None:
+    if not 1 <= cfg.steps <= MAX_STEPS:
+        raise SpecError(f"--steps must be between 1 and {MAX_STEPS:,}, got {cfg.steps}")
+    if not 1 <= cfg.batch <= MAX_BATCH:
+        raise SpecError(f"--batch must be between 1 and {MAX_BATCH}, got {cfg.batch}")
+    if not 0 < cfg.lr < 10:
+        raise SpecError(f"--lr must be in (0, 10), got {cfg.lr}")
+    if cfg.schedule not in SCHEDULES:
+        raise SpecError(f"unknown schedule {cfg.schedule!r}", hint=f"choose one of: {', '.join(SCHEDULES)}")
+    if cfg.min_len is not None and cfg.min_len < 1:
+        raise SpecError(f"--min-len must be at least 1, got {cfg.min_len}")
+    if cfg.min_len is not None and cfg.max_len is not None and cfg.max_len < cfg.min_len:
+        raise SpecError(f"--max-len {cfg.max_len} is smaller than --min-len {cfg.min_len}")
+    if cfg.task == "lm" and not cfg.text:
+        raise SpecError("--task lm needs --text FILE", hint="a UTF-8 text file; its characters become the vocabulary")
+    if cfg.task != "lm" and cfg.text:
+        raise SpecError(f"--text is only read by --task lm (the {cfg.task} task generates its data)")
+
+
+def resolve_lm_spec(spec: Any, vocab: Vocab) -> Any:
+    """Character-level LM: the vocabulary is the text's characters, so the spec's vocab_size becomes its size."""
+    from ..spec.schema import SPEC_ADAPTER
+
+    if spec.vocab_size == len(vocab):
+        return spec
+    return SPEC_ADAPTER.validate_python({**spec.model_dump(), "vocab_size": len(vocab)})
+
+
+def setup(
+    spec: Any,
+    cfg: TrainConfig,
+    device: torch.device,
+    weights: dict[str, torch.Tensor] | None = None,
+    vocab: Vocab | None = None,
+) -> Run:
+    """Build the task data, the model and the optimizer (``weights`` / ``vocab`` when resuming)."""
+    check_config(cfg)
+    graph = lower(spec)
+    M.check_task(graph, cfg.task)
+    text = task = None
+    if cfg.task == "lm":
+        assert cfg.text is not None
+        text = read_text(cfg.text, vocab)
+        spec = resolve_lm_spec(spec, text.vocab)
+        graph = lower(spec)
+        window = cfg.max_len or min(graph.meta.get("context", 128), 128)
+        cfg = replace(cfg, min_len=window, max_len=window)
+        check_window(text, window, cfg.text)
+        M.check_lengths(graph, {None: window})
+        vocab = text.vocab
+    else:
+        task = make_task(cfg.task, graph.meta["vocab_size"], graph.meta.get("target_vocab_size", 0))
+        lo, hi = task.default_lengths
+        lo = cfg.min_len or min(lo, cfg.max_len or lo)
+        cfg = replace(cfg, min_len=lo, max_len=cfg.max_len or max(hi, lo))
+        check_config(cfg)
+        M.check_lengths(graph, {"encoder": cfg.max_len, "decoder": task.max_target_len(cfg.max_len) + 1})
+        vocab = task.vocab
+    model = M.build(spec, device, weights)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    run = Run(spec, graph, cfg, model, optimizer, vocab, device, task=task, text=text)
+    if task is not None:
+        run.eval_set = eval_pairs(task, cfg.eval_size, cfg.min_len or 1, cfg.max_len or 1, cfg.seed)
+    return run
+
+
+def train_step(run: Run) -> tuple[float, float]:
+    """One optimizer update; returns (loss, teacher-forced token accuracy) of its batch."""
+    cfg, dev = run.cfg, run.device
+    seed = step_seed(cfg.seed, run.step)
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed + 1)  # dropout
+    lo, hi = run.lengths
+    if run.task is not None:
+        b = run.task.batch(cfg.batch, lo, hi, gen)
+        logits = M.seq2seq_logits(run.model, b.src.to(dev), b.src_mask.to(dev), b.dec_in.to(dev))
+        labels, ignore = b.labels.to(dev), PAD
+    else:
+        assert run.text is not None
+        x, y = run.text.batch("train", cfg.batch, hi, gen)
+        logits = M.lm_logits(run.model, x.to(dev))
+        labels, ignore = y.to(dev), -100
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=ignore)
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        raise SpecError(f"loss became {value} at step {run.step}", hint="lower --lr")
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if cfg.clip > 0:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.clip)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr_at(run.step, cfg.lr, cfg.steps, run.warmup, cfg.schedule)
+    run.optimizer.step()
+    run.step += 1
+    return value, teacher_forced_acc(logits.detach(), labels, None if ignore == -100 else ignore)
+
+
+def evaluate(run: Run) -> dict[str, Any]:
+    """One history record: greedy token / exact-sequence accuracy, or held-out LM loss and accuracy."""
+    if run.task is not None:
+        s = evaluate_seq2seq(run.model, run.eval_set, run.device)
+        by_len = {str(k): round(v[1] / v[0], 4) for k, v in sorted(s.by_length.items())}
+        return {"step": run.step, "token_acc": s.token_acc, "exact_acc": s.exact_acc, "exact_by_length": by_len}
+    assert run.text is not None
+    lm = evaluate_lm(run.model, run.text, run.lengths[1], run.device, 8, min(run.cfg.batch, 64), run.cfg.seed)
+    return {"step": run.step, "val_loss": lm.loss, "token_acc": lm.token_acc, "bits_per_char": lm.bits_per_char}
+
+
+def describe(record: dict[str, Any]) -> str:
+    if "exact_acc" in record:
+        return f"token acc {record['token_acc']:.1%}  exact {record['exact_acc']:.1%} (greedy)"
+    bpc, acc = record["bits_per_char"], record["token_acc"]
+    return f"val loss {record['val_loss']:.3f}  {bpc:.2f} bits/char  next-char acc {acc:.1%}"
+
+
+def train(run: Run, reporter: Reporter | None = None, save: Any = None, save_every: int = 0) -> dict[str, Any]:
+    """Train until ``cfg.steps``; evaluate every ``eval_every`` steps and at the end; returns the last record."""
+    rep = reporter or Quiet()
+    cfg = run.cfg
+    every = cfg.eval_every or max(cfg.steps // 5, 1)
+    log_every = max(min(every, cfg.steps // 20), 1)
+    rep.start(cfg.steps, run.step)
+    t0, losses, accs = time.perf_counter(), [], []
+    try:
+        while run.step < cfg.steps:
+            loss, acc = train_step(run)
+            losses.append(loss)
+            accs.append(acc)
+            rep.advance(run.step, loss)
+            if run.step % log_every == 0 or run.step == cfg.steps:
+                lr = run.optimizer.param_groups[0]["lr"]
+                rep.log(
+                    f"step {run.step:>6}  loss {sum(losses) / len(losses):.4f}  "
+                    f"tf-acc {sum(accs) / len(accs):.1%}  lr {lr:.2e}  {time.perf_counter() - t0:.0f}s"
+                )
+                losses, accs = [], []
+            if run.step % every == 0 or run.step == cfg.steps:
+                record = {**evaluate(run), "elapsed_s": round(time.perf_counter() - t0, 2)}
+                run.history.append(record)
+                rep.log(f"eval {run.step:>6}  {describe(record)}")
+            if save is not None and save_every and run.step % save_every == 0 and run.step < cfg.steps:
+                save(run)
+    finally:
+        rep.stop()
+    if not run.history or run.history[-1]["step"] != run.step:
+        run.history.append(evaluate(run))
+    if save is not None:
+        save(run)
+    return run.history[-1]

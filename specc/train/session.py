@@ -1,0 +1,76 @@
+"""Start or resume a run, and save it: the glue between checkpoints and the loop."""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import SpecError
+from . import checkpoint as C
+from .loop import Run, TrainConfig, setup
+
+
+def default_device(name: str | None = None) -> torch.device:
+    if name:
+        try:
+            dev = torch.device(name)
+        except RuntimeError:
+            raise SpecError(f"unknown device {name!r}", hint="cpu | cuda | cuda:1") from None
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise SpecError(f"device {name} is not available on this machine", hint="--device cpu")
+        return dev
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def new_run(spec: Any, cfg: TrainConfig, device: torch.device) -> Run:
+    return setup(spec, cfg, device)
+
+
+def resume_run(path: str | Path, overrides: dict[str, Any], device: torch.device, spec: Any = None) -> Run:
+    """Continue a checkpoint: its spec, task and settings, with ``overrides`` (flags given) on top."""
+    ck = C.load(path, with_optimizer=True)
+    if not ck.train or "config" not in ck.train:
+        raise SpecError(
+            "this checkpoint holds no training state to resume",
+            file=str(path),
+            hint="checkpoints written by specc train can be resumed",
+        )
+    if spec is not None and C.spec_json(spec) != C.spec_json(ck.spec):
+        raise SpecError(
+            "the spec differs from the one the checkpoint was trained with",
+            file=str(path),
+            hint="leave out SPEC (and --set) to resume the checkpoint's own spec",
+        )
+    saved = {f.name: ck.train["config"][f.name] for f in fields(TrainConfig) if f.name in ck.train["config"]}
+    task = overrides.get("task")
+    if task is not None and task != saved["task"]:
+        raise SpecError(f"the checkpoint was trained on task {saved['task']}, not {task}", file=str(path))
+    cfg = replace(TrainConfig(**saved), **{k: v for k, v in overrides.items() if v is not None})
+    run = setup(ck.spec, cfg, device, weights=ck.weights, vocab=ck.vocab)
+    if run.vocab != ck.vocab:
+        raise SpecError("the checkpoint's vocabulary does not match its task", file=str(path))
+    if ck.step >= cfg.steps:
+        raise SpecError(
+            f"the checkpoint is already at step {ck.step}; --steps {cfg.steps} leaves nothing to do",
+            file=str(path),
+            hint=f"--steps {ck.step * 2}",
+        )
+    if ck.optimizer is not None:
+        C.restore_optimizer(run.model, run.optimizer, ck.optimizer)
+    run.step = ck.step
+    run.history = list(ck.train.get("history", []))
+    return run
+
+
+def save_run(run: Run, path: str | Path) -> Path:
+    state = {
+        "task": run.cfg.task,
+        "step": run.step,
+        "vocab": list(run.vocab.symbols),
+        "config": run.cfg.to_json(),
+        "history": run.history,
+    }
+    return C.save(path, run.spec, run.model, run.optimizer, state)
