@@ -117,9 +117,17 @@ def test_half_precision_exports_check(tmp_path: Path, dtype: str, elem: int) -> 
 
 
 def test_opset_24(tmp_path: Path) -> None:
-    model = onnx.load(str(export_onnx(_spec("gpt2"), tmp_path / "m.onnx", opset=24)))
+    path = export_onnx(_spec("gpt2"), tmp_path / "m.onnx", opset=24, kv_cache=True)
+    model = onnx.load(str(path))
     assert {o.domain: o.version for o in model.opset_import}[""] == 24
     onnx.checker.check_model(model, full_check=True)
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    past = {i.name: np.zeros((1, 4, 0, 8), np.float32) for i in sess.get_inputs() if i.name.startswith("past")}
+    ids = np.array([[1, 2, 3]], np.int64)
+    out = sess.run(["present.1.value"], {"input_ids": ids, "attention_mask": np.ones_like(ids), **past})
+    assert out[0].shape == (1, 4, 3, 8)
 
 
 def test_external_data_above_the_protobuf_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
