@@ -20,18 +20,21 @@ SMALL = {
 }
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: threads only add contention (and xdist runs two workers)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def reverse_run():
     """≈ 10 s on one core: 250 steps of reversing 4–10 symbols, seeded (data, dropout and init)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        cfg = TrainConfig(task="reverse", steps=250, batch=64, lr=5e-3, min_len=4, max_len=10, seed=0, eval_size=200)
-        run = new_run(load_spec(SMALL), cfg, torch.device("cpu"))
-        train(run)
-        yield run
-    finally:
-        torch.set_num_threads(threads)
+    cfg = TrainConfig(task="reverse", steps=250, batch=64, lr=5e-3, min_len=4, max_len=10, seed=0, eval_size=200)
+    run = new_run(load_spec(SMALL), cfg, torch.device("cpu"))
+    train(run)
+    return run
 
 
 def test_learned_attention_is_anti_diagonal(reverse_run) -> None:

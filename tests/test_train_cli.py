@@ -104,6 +104,16 @@ def test_resume_refuses_a_different_task_or_spec(cli, write_spec, tmp_path: Path
     assert code == 2 and "--set cannot change" in err
     code, _, err = cli("train", "--resume", ck, "--steps", "2", "-o", tmp_path / "b.safetensors")
     assert code == 2 and "already at step 2" in err
+    # the optimizer sidecar must belong to the same step; without one the run resumes with fresh moments
+    side = tmp_path / "a.optim.safetensors"
+    other = tmp_path / "c.safetensors"
+    _train(cli, spec, "--task", "copy", "--steps", "3", "--max-len", "4", "--eval-size", "4", "-o", other)
+    side.write_bytes((tmp_path / "c.optim.safetensors").read_bytes())
+    code, _, err = cli("train", "--resume", ck, "--steps", "4", "-o", tmp_path / "b.safetensors")
+    assert code == 2 and "optimizer state is from step 3, the checkpoint from step 2" in err
+    side.unlink()
+    code, out, err = cli("train", "--resume", ck, "--steps", "4", "-o", tmp_path / "b.safetensors")
+    assert code == 0 and "with fresh Adam moments" in err and "steps 2→4" in out
 
 
 def test_encoder_decoder_trains_and_maps_cross_attention(cli, write_spec, tmp_path: Path) -> None:

@@ -111,3 +111,19 @@ def test_text_with_unknown_characters_for_a_resumed_vocab(tmp_path: Path) -> Non
     p.write_text("abcd", encoding="utf-8")
     with pytest.raises(SpecError, match="'d' is not in the checkpoint's vocabulary"):
         read_text(p, vocab)
+
+
+def test_length_buckets_merge_neighbours_weighted_by_count() -> None:
+    from specc.train.loop import length_buckets
+
+    record = {
+        "exact_by_length": {str(n): (1.0 if n <= 10 else 0.0) for n in range(1, 21)},
+        "sequences_by_length": {str(n): (30 if n == 11 else 10) for n in range(1, 21)},
+    }
+    rows = length_buckets(record, most=8)
+    assert len(rows) == 7 and rows[0] == ("1–3", 30, 1.0) and rows[-1] == ("19–20", 20, 0.0)
+    assert sum(n for _, n, _ in rows) == 220
+    label, n, acc = rows[3]  # lengths 10–12: 10 right of 10 + 0 of 30 + 0 of 10
+    assert (label, n) == ("10–12", 50) and acc == pytest.approx(0.2)
+    assert length_buckets({"exact_by_length": {"5": 0.5}}) == [("5", 1, 0.5)]
+    assert length_buckets({"val_loss": 1.0}) == []

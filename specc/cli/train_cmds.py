@@ -39,8 +39,8 @@ class RichReporter:
         self.progress.update(self.bar, completed=step, loss=loss)
 
     def log(self, text: str) -> None:
-        if self.progress.live.is_started and err.is_terminal:
-            self.progress.console.print(text, highlight=False)
+        if self.progress.live.is_started and err.is_terminal and out.is_terminal:
+            self.progress.console.print(text, highlight=False)  # above the bar
         else:
             out.print(text)
 
@@ -72,6 +72,7 @@ def train(
     save_every: Annotated[int, typer.Option(help="also write the checkpoint every this many steps")] = 0,
     resume: Annotated[Path | None, typer.Option(help="continue from this checkpoint (its spec, task, step)")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda [cuda if available]")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads for torch [all cores]")] = None,
     sets: SetOpt = None,
 ) -> None:
     """Train a seq2seq model on a synthetic task, or a decoder LM on characters; write a checkpoint."""
@@ -91,6 +92,8 @@ def train(
         "warmup": warmup, "eval_every": eval_every, "eval_size": eval_size,
     }  # fmt: skip
     dev = default_device(device)
+    if threads:
+        torch.set_num_threads(threads)  # small models on shared CPUs often run faster on fewer threads
     if resume is not None:
         if sets:
             raise SpecError("--set cannot change the model of a resumed checkpoint", hint="leave out --set")
@@ -131,15 +134,15 @@ def _check_output(path: Path) -> None:
 
 
 def _summary(run: Any, final: dict[str, Any]) -> None:
-    from ..train.loop import describe
+    from ..train.loop import describe, length_buckets
     from ..train.samples import lm_sample, seq2seq_samples
 
     out.print(f"final  {describe(final)}")
-    by_len = final.get("exact_by_length")
-    if by_len:
-        t = Table("source length", "exact-sequence accuracy", box=None, pad_edge=False)
-        for n, acc in by_len.items():
-            t.add_row(n, f"{acc:.1%}")
+    rows = length_buckets(final)
+    if rows:
+        t = Table("source length", "sequences", "exact-sequence accuracy", box=None, pad_edge=False)
+        for label, count, acc in rows:
+            t.add_row(label, str(count), f"{acc:.1%}")
         out.print(t)
     if run.task is not None:
         for src, want, got in seq2seq_samples(run, 3):

@@ -60,15 +60,16 @@ def record(
     model: torch.nn.Module, graph: LayerGraph, src: list[int], max_new: int
 ) -> tuple[list[int], dict[str, torch.Tensor]]:
     """(output ids ending with <eos> if produced, recorded maps by scope name, batch dim dropped)."""
-    ids = torch.tensor([src])
+    device = next(model.parameters()).device
+    ids = torch.tensor([src], device=device)
     mask = torch.ones_like(ids)
     out = greedy_seq2seq(model, ids, mask, max_new)[0].tolist()
     out = out[: out.index(EOS) + 1] if EOS in out else [t for t in out if t != PAD]
-    dec_in = torch.tensor([[BOS, *out[:-1]]])
+    dec_in = torch.tensor([[BOS, *out[:-1]]], device=device)
     with model.attention_maps() as maps:
         model(ids, dec_in, attention_mask=mask)
     names = {op.name for op in cross_attention_ops(graph)}
-    return out, {k: v[0].float() for k, v in maps.items() if k in names}
+    return out, {k: v[0].float().cpu() for k, v in maps.items() if k in names}
 
 
 def select(

@@ -191,11 +191,34 @@ def evaluate(run: Run) -> dict[str, Any]:
     """One history record: greedy token / exact-sequence accuracy, or held-out LM loss and accuracy."""
     if run.task is not None:
         s = evaluate_seq2seq(run.model, run.eval_set, run.device)
-        by_len = {str(k): round(v[1] / v[0], 4) for k, v in sorted(s.by_length.items())}
-        return {"step": run.step, "token_acc": s.token_acc, "exact_acc": s.exact_acc, "exact_by_length": by_len}
+        by_len = sorted(s.by_length.items())
+        return {
+            "step": run.step,
+            "token_acc": s.token_acc,
+            "exact_acc": s.exact_acc,
+            "exact_by_length": {str(n): round(right / count, 4) for n, (count, right) in by_len},
+            "sequences_by_length": {str(n): count for n, (count, _) in by_len},
+        }
     assert run.text is not None
     lm = evaluate_lm(run.model, run.text, run.lengths[1], run.device, 8, min(run.cfg.batch, 64), run.cfg.seed)
     return {"step": run.step, "val_loss": lm.loss, "token_acc": lm.token_acc, "bits_per_char": lm.bits_per_char}
+
+
+def length_buckets(record: dict[str, Any], most: int = 8) -> list[tuple[str, int, float]]:
+    """(source lengths, sequences, exact accuracy) rows, merging neighbouring lengths into at most ``most`` rows."""
+    acc, counts = record.get("exact_by_length", {}), record.get("sequences_by_length", {})
+    lengths = sorted(int(n) for n in acc)
+    if not lengths:
+        return []
+    size = -(-len(lengths) // most)
+    rows = []
+    for i in range(0, len(lengths), size):
+        group = lengths[i : i + size]
+        n = sum(counts.get(str(k), 1) for k in group)
+        right = sum(acc[str(k)] * counts.get(str(k), 1) for k in group)
+        label = str(group[0]) if len(group) == 1 else f"{group[0]}–{group[-1]}"
+        rows.append((label, n, right / n))
+    return rows
 
 
 def describe(record: dict[str, Any]) -> str:
