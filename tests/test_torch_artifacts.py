@@ -14,7 +14,11 @@ from types import ModuleType
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from test_torch_cases import model_of, tiny
+from test_torch_cases import (
+    model_of,
+    one_thread,  # noqa: F401  (autouse fixture)
+    tiny,
+)
 
 from specc.backends.torch import build_torch, compile_checkpoint, example_inputs, load_checkpoint, write_model_py
 from specc.backends.torch.checkpoint import read_spec
@@ -119,8 +123,8 @@ def _imports(path: Path) -> set[str]:
 def test_standalone_model_py_reproduces_the_module(case: str, tmp_path: Path) -> None:
     spec = tiny(case)
     path = write_model_py(spec, tmp_path / f"{case}.py")
-    assert _imports(path) <= {"__future__", "contextlib", "math", "collections", "typing", "torch", "pathlib",
-                              "safetensors"}  # fmt: skip
+    allowed = {"__future__", "collections", "contextlib", "functools", "math", "pathlib", "typing", "torch"}
+    assert _imports(path) <= allowed | {"safetensors"}
     standalone = _import(path).build()
     module = build_torch(spec)
     assert list(standalone.state_dict()) == list(module.state_dict())

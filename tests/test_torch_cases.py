@@ -43,6 +43,15 @@ CASES: dict[str, tuple[str, list[str]]] = {
 }  # fmt: skip
 
 
+@pytest.fixture(autouse=True)
+def one_thread() -> Any:
+    """Tiny models gain nothing from threads, and OpenMP fork/join stalls badly on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def tiny(case: str, *extra: str) -> Any:
     preset, sets = CASES[case]
     return specc.load_spec(preset, [*sets, *extra])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_torch_cases import model_of as tiny_model
+from test_torch_cases import one_thread  # noqa: F401  (autouse fixture)
 
 from specc.backends.torch import GenerationError
 
@@ -118,3 +119,11 @@ def test_cli_generate(cli) -> None:
     assert code == 2 and "learned positions" in err
     code, _, err = cli("generate", "bert-base", "--set=blocks=1", "--prompt-ids", "1 2")
     assert code == 2 and "nothing to generate" in err
+
+
+@pytest.mark.parametrize("case", ["gpt2", "mixtral_moe"])
+def test_cached_generation_with_threads_uses_the_split_gemv_path(case: str) -> None:
+    model = model_of(case)
+    ids = _prompt(model)
+    torch.set_num_threads(2)  # decoding GEMVs split over 2 row blocks (restored by the autouse fixture)
+    assert torch.equal(model.generate(ids, 10), model.generate(ids, 10, use_cache=False))

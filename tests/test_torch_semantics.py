@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from test_torch_cases import CASES, model_of, tiny
+from test_torch_cases import (
+    CASES,
+    model_of,
+    one_thread,  # noqa: F401  (autouse fixture)
+    tiny,
+)
 from torch import nn
 
 import specc
@@ -285,3 +290,33 @@ def test_rnn_fixed_context_is_the_final_encoder_state() -> None:
     assert out["logits"].shape == (2, 3, 40)
     spec = tiny("elman_fixed_context")
     assert specc.lower(spec).op("decoder.rnn").attrs["attention"] == "none"
+
+
+# ------------------------------------------------------------------------------ fast linear kernels
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+@pytest.mark.parametrize("shape", [(1, 1, 24), (2, 3, 24), (5, 24)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_few_rows_linear_equals_f_linear(parts: int, shape: tuple[int, ...], bias: bool) -> None:
+    from specc.backends.torch.runtime import Cache, dense
+
+    ctx = Context(False, "sdpa", cache=Cache(8))
+    ctx.parts = parts  # decoding with `parts` threads: row blocks of w in one batched matmul
+    x, w = torch.randn(shape), torch.randn(37, 24)  # 37 rows: a remainder for every split
+    b = torch.randn(37) if bias else None
+    torch.testing.assert_close(dense(ctx, x, w, b), F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+
+
+def test_onednn_inference_path_equals_the_autograd_path() -> None:
+    from specc.backends.torch.runtime import ONEDNN_LINEAR
+
+    if ONEDNN_LINEAR is None:
+        pytest.skip("this torch build has no oneDNN linear")
+    model = model_of("llama_gqa_rope")
+    ids = torch.randint(0, 64, (2, 9))
+    fast = model(ids)  # no grad (autouse fixture): oneDNN
+    with torch.enable_grad():
+        reference = model(ids)  # autograd: F.linear
+    assert reference.requires_grad
+    torch.testing.assert_close(fast, reference.detach(), atol=1e-5, rtol=1e-5)
