@@ -159,3 +159,11 @@ def test_override_errors_are_located_at_the_flag(write_spec) -> None:
 
 def test_preset_by_name() -> None:
     assert load_spec("gpt2-medium").blocks == 24
+
+
+def test_dumped_spec_reloads_identically() -> None:
+    s = load_spec("mixtral-8x7b")
+    dumped = s.model_dump(mode="json")
+    assert "extends" not in dumped
+    assert load_spec(dumped) == s
+    assert load_spec({**dumped, "extends": None}) == s

@@ -60,6 +60,8 @@ def _resolve_extends(doc: Located, base: Path, seen: tuple[str, ...]) -> Located
     if not isinstance(doc.data, dict) or "extends" not in doc.data:
         return doc
     ref = doc.data.pop("extends")
+    if ref is None:  # ``extends: null`` (as a dumped spec carries) inherits nothing
+        return doc
     where = doc.locs[("extends",)] if ("extends",) in doc.locs else doc.loc(())
     if not isinstance(ref, str) or not ref:
         raise SpecError([where.diag("extends must be a preset name or a path", "e.g. extends: gpt2")])

@@ -183,7 +183,9 @@ class RNN(_Strict):
 
 
 class _Base(_Strict):
-    extends: str | None = Field(None, description="preset name or path of a spec to inherit; resolved on load")
+    extends: str | None = Field(
+        None, exclude=True, description="preset name or path of a spec to inherit; resolved on load"
+    )
     name: str = Field(..., min_length=1, max_length=200)
     description: str | None = None
     source: str | None = Field(None, description="where the numbers come from")

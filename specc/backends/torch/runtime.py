@@ -326,7 +326,8 @@ def dense(ctx: Context, x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     devices and dtypes) to F.linear.
     """
     k = ctx.parts
-    if k == 1 or x.numel() > FEW_ROWS * x.shape[-1]:
+    # The split only pays for a CPU GEMV with enough output rows per thread (and cannot split fewer than k).
+    if k == 1 or x.device.type != "cpu" or w.shape[0] < 8 * k or x.numel() > FEW_ROWS * x.shape[-1]:
         fast = ctx.onednn
         if fast is not None and x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous():
             return fast(x, w, b)
