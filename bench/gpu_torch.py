@@ -74,7 +74,7 @@ def correctness(dev: torch.device) -> list[tuple[str, str]]:
             full = model.generate(ids[:1], 10, use_cache=False, **kw)
         diff = (fused - math).abs().max().item()
         same = torch.equal(cached, full)
-        rows.append((f"{name}: SDPA vs math max |Δ| (fp32); KV-cache greedy == recompute", f"{diff:.1e}; {same}"))
+        rows.append((f"{name}: SDPA vs math max abs diff (fp32); KV-cache greedy == recompute", f"{diff:.1e}; {same}"))
     bf = specc.build_torch(specc.load_spec("gpt2", TINY["decoder"]), device=dev, dtype="bf16")
     with torch.inference_mode():
         out = bf(torch.randint(0, 97, (2, 32), device=dev))

@@ -72,7 +72,7 @@ def _inputs(s: Saved) -> dict[str, torch.Tensor]:
 def _reference(s: Saved, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         out = s.hf(**x)
-    if s.case.arch == "BertModel":
+    if s.case.arch in ("BertModel", "ViTModel"):
         return {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output}
     return {"logits": out.logits}
 

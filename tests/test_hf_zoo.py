@@ -142,6 +142,12 @@ CASES = [
         ),
     ),
     Case(
+        "vit-model",
+        "ViTModel",
+        dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=16,
+             patch_size=4),
+    ),
+    Case(
         "vit-mono",
         "ViTForImageClassification",
         dict(

@@ -33,8 +33,8 @@ def generate(
     seed: Annotated[int | None, typer.Option(help="seed of the sampler")] = None,
     eos_id: Annotated[int | None, typer.Option("--eos-id", help="stop once every row produced it")] = None,
     decoder_start_id: Annotated[
-        int, typer.Option("--decoder-start-id", help="encoder-decoders: first decoder token")
-    ] = 0,
+        int, typer.Option("--decoder-start-id", help="encoder-decoders: first decoder token (specc's <bos> is 1)")
+    ] = 1,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="recompute the whole context each step")] = False,
     sets: SetOpt = None,
 ) -> None:

@@ -1,8 +1,7 @@
-"""ViT (``ViTForImageClassification``): config → vit spec; patch conv, class token, ``[1, T, D]`` positions and
-split query/key/value → specc names.
+"""ViT (``ViTForImageClassification``, ``ViTModel``): config → vit spec; patch conv, class token, ``[1, T, D]``
+positions and split query/key/value → specc names.
 
-``ViTModel`` (no classifier; a dense + tanh pooler and ``last_hidden_state`` as outputs) is refused: specc's
-vit kind always ends in a classifier on the pooled token and exposes no pooler or hidden-state output.
+``ViTModel`` becomes ``head: pooled`` (outputs ``last_hidden_state`` and the dense + tanh ``pooler_output``).
 """
 
 from __future__ import annotations
@@ -37,14 +36,15 @@ def _square(cfg: HFConfig, key: str) -> int:
 
 
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
+    hidden = cfg.positive_int("hidden_size")
     if arch == "ViTModel":
-        raise cfg.refuse(
-            "architectures",
-            "ViTModel has no classifier; specc's vit kind always ends in one and cannot express ViTModel's "
-            "pooler (dense + tanh) or return last_hidden_state",
-            "import a ViTForImageClassification config; its checkpoint carries the classifier specc needs",
-        )
-    cfg.ignore("encoder_stride", "pooler_output_size", "pooler_act", "use_mask_token")  # MIM / pooler only
+        head: dict[str, Any] = {"head": "pooled"}
+        cfg.expect("pooler_act", "tanh", "tanh", "specc's pooler is dense + tanh")
+        cfg.expect("pooler_output_size", (None, hidden), None, "specc's pooler keeps the model width")
+    else:
+        head = {"head": "classifier", "classes": cfg.num_labels()}
+        cfg.ignore("pooler_output_size", "pooler_act")  # the classifier model has no pooler
+    cfg.ignore("encoder_stride", "use_mask_token")  # masked-image-modelling only
     act = cfg.activation("hidden_act", "gelu")
     return {
         "kind": "vit",
@@ -54,8 +54,8 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             "channels": cfg.positive_int("num_channels", 3),
         },
         "pooling": "cls",
-        "classes": cfg.num_labels(),
-        "d_model": cfg.positive_int("hidden_size"),
+        **head,
+        "d_model": hidden,
         "blocks": cfg.positive_int("num_hidden_layers"),
         "attention": {"heads": cfg.positive_int("num_attention_heads"), "mask": "none"},
         "norm": {"type": "layernorm", "placement": "pre", "eps": float(cfg.get("layer_norm_eps", 1e-12))},
@@ -77,6 +77,7 @@ def detect(names: set[str]) -> bool:
 
 def plan(g: LayerGraph, names: set[str]) -> Plan:
     p = prefix(names, "vit.")
+    has_pooler = "pooler.dense.weight" in g.params()
 
     def make(target: str, shape: ShapeT) -> Rule | None:
         local, kind = target.rsplit(".", 1)
@@ -86,6 +87,8 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
             return squeezed(f"{p}embeddings.position_embeddings", shape)
         if local == "head":
             return copy(f"classifier.{kind}", shape)
+        if local == "pooler.dense":
+            return copy(f"{p}pooler.dense.{kind}", shape)
         if local in _TOP:
             return copy(f"{p}{_TOP[local]}.{kind}", shape)
         m = BLOCK.fullmatch(local)
@@ -100,7 +103,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
     return Plan(
         "ViT",
         rules_for(g, "ViT", make),
-        dropped=lambda n: n.startswith((f"{p}pooler.", f"{p}embeddings.mask_token")),
+        dropped=lambda n: n.startswith(f"{p}embeddings.mask_token") or (n.startswith(f"{p}pooler.") and not has_pooler),
     )
 
 

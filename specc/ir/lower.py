@@ -220,6 +220,13 @@ def _head(c: _Ctx, x: str, vocab: int, tied_to: str | None, name: str = "lm_head
     return _linear(c, name, x, c.d, vocab, category, None, c.spec.bias.head, **extra)
 
 
+def _pooler(c: _Ctx, x: str, mode: str) -> str:
+    """BERT / HF ViTModel pooler: tanh(dense(first token)) (or of the mean, for mean-pooled ViTs)."""
+    h = c.g.add("pool", "pooler.select", [x], "head", mode=mode)
+    h = _linear(c, "pooler.dense", h, c.d, c.d, "head", None, True)
+    return c.g.add("activation", "pooler.act", [h], "activation", fn="tanh")
+
+
 # ---------------------------------------------------------------------------------------------- families
 
 
@@ -258,9 +265,7 @@ def _encoder(s: EncoderSpec) -> LayerGraph:
         h = g.add("layernorm", "mlm.norm", [h], "norm", dim=s.d_model, eps=s.norm.eps, bias=s.bias.norm)
         g.set_output("logits", _head(c, h, s.vocab_size, "embed.weight" if s.tie_embeddings else None))
     elif s.head == "pooled":
-        h = g.add("pool", "pooler.select", [x], "head", mode="cls")
-        h = _linear(c, "pooler.dense", h, s.d_model, s.d_model, "head", None, True)
-        g.set_output("pooler_output", g.add("activation", "pooler.act", [h], "activation", fn="tanh"))
+        g.set_output("pooler_output", _pooler(c, x, "cls"))
     return g
 
 
@@ -311,7 +316,7 @@ def _vit(s: ViTSpec) -> LayerGraph:
         meta=_meta(
             s,
             "vit",
-            "image_classification",
+            "image_classification" if s.head == "classifier" else "image_encoder",
             s.blocks,
             classes=s.classes,
             image=im.size,
@@ -344,8 +349,13 @@ def _vit(s: ViTSpec) -> LayerGraph:
         x = g.add("sinusoidal_pos_2d", "pos", [x], "pos", grid=grid, dim=s.d_model, cls=cls)
     x = _embed_norm_dropout(c, x, "")
     x = _stack(c, "", x, s.blocks, resolve.mask(s))
-    x = g.add("pool", "pool", [x], "head", mode=s.pooling)
-    g.set_output("logits", _head(c, x, s.classes, None, name="head", category="head"))
+    g.set_output("last_hidden_state", x)
+    if s.head == "classifier":
+        assert s.classes is not None  # a rule guarantees it
+        x = g.add("pool", "pool", [x], "head", mode=s.pooling)
+        g.set_output("logits", _head(c, x, s.classes, None, name="head", category="head"))
+    elif s.head == "pooled":
+        g.set_output("pooler_output", _pooler(c, x, s.pooling))
     return g
 
 

@@ -167,6 +167,11 @@ def _vit(spec: ViTSpec) -> Any:
             f"image {im.size} is not divisible by patch {im.patch}",
             f"use patch: {best} or an image size that is a multiple of {im.patch}",
         )
+    if spec.head == "classifier" and spec.classes is None:
+        yield Violation(("classes",), "a ViT classifier needs classes", "add classes: 1000, or set head: pooled | none")
+    if spec.head != "classifier" and spec.classes is not None:
+        yield Violation(("classes",), f"classes is only used by head: classifier (head is {spec.head})",
+                        "remove classes or set head: classifier")
     if resolve.mask(spec) in ("causal", "sliding_window", "prefix"):
         yield Violation(
             ("attention", "mask"),

@@ -252,7 +252,12 @@ class ViTSpec(_Transformer):
     blocks: SInt = Field(..., ge=1, le=MAX_BLOCKS)
     image: Image
     pooling: Literal["mean", "cls"] = "cls"
-    classes: SInt = Field(..., ge=1, le=MAX_VOCAB)
+    head: Literal["classifier", "pooled", "none"] = Field(
+        "classifier",
+        description="classifier: logits [B, classes]; pooled: last_hidden_state and a dense+tanh pooler_output "
+        "(HF ViTModel); none: last_hidden_state only",
+    )
+    classes: SInt | None = Field(None, ge=1, le=MAX_VOCAB, description="classifier head: number of classes")
 
 
 class RNNSeq2SeqSpec(_Base):

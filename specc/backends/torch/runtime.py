@@ -829,10 +829,12 @@ class Seq2Seq(Model):
 
 
 class ImageClassifier(Model):
-    """ViT: ``forward(pixel_values)`` → class logits [B, classes]."""
+    """ViT: ``forward(pixel_values)`` → class logits [B, classes] when the graph has a classifier head, else
+    the dict of its outputs (``last_hidden_state`` and, pooled, ``pooler_output``)."""
 
-    def forward(self, pixel_values: Tensor) -> Tensor:
-        return self.run({"pixel_values": pixel_values})["logits"]
+    def forward(self, pixel_values: Tensor) -> Tensor | dict[str, Tensor]:
+        out = self.run({"pixel_values": pixel_values})
+        return out.get("logits", out)
 
 
 TASKS: dict[str, type[Model]] = {
@@ -842,6 +844,7 @@ TASKS: dict[str, type[Model]] = {
     "encoder": Encoder,
     "seq2seq": Seq2Seq,
     "image_classification": ImageClassifier,
+    "image_encoder": ImageClassifier,
 }
 
 
@@ -956,7 +959,7 @@ def generate(
     *,
     attention_mask: Tensor | None = None,
     decoder_input_ids: Tensor | None = None,
-    decoder_start_token_id: int = 0,
+    decoder_start_token_id: int = 1,  # specc's <bos> (specc train: <pad> 0, <bos> 1, <eos> 2)
     temperature: float = 0.0,
     top_k: int | None = None,
     top_p: float | None = None,
