@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import SpecError
-from .app import SetOpt, SpecArg, app, err, load, out
+from .app import Dtype, SetOpt, SpecArg, app, err, load, out
 
 
 class Format(str, Enum):
@@ -16,12 +16,6 @@ class Format(str, Enum):
     json = "json"
     csv = "csv"
     markdown = "markdown"
-
-
-class Dtype(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
 
 
 class Recompute(str, Enum):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from typing import Annotated
 
 import typer
@@ -22,6 +23,12 @@ app = typer.Typer(
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 state = {"debug": False}
+
+class Dtype(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
 
 SpecArg = Annotated[str, typer.Argument(help="spec file (YAML) or preset name, e.g. gpt2")]
 SetOpt = Annotated[

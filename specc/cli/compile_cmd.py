@@ -8,19 +8,13 @@ from typing import Annotated
 
 import typer
 
-from .app import SetOpt, SpecArg, app, load, out
+from .app import Dtype, SetOpt, SpecArg, app, load, out
 
 
 class Target(str, Enum):
     torch = "torch"
     python = "python"
     onnx = "onnx"
-
-
-class DType(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
 
 
 class AttentionOp(str, Enum):
@@ -37,7 +31,7 @@ def compile_(
     target: Annotated[Target, typer.Option("--target", "-t", help="torch | python | onnx")] = Target.torch,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="output file")] = None,
     weights: Annotated[Path | None, typer.Option("--weights", "-w", help="safetensors weights to load")] = None,
-    dtype: Annotated[DType | None, typer.Option("--dtype", help="fp32 | fp16 | bf16 (default: the spec's)")] = None,
+    dtype: Annotated[Dtype | None, typer.Option("--dtype", help="fp32 | fp16 | bf16 (default: the spec's)")] = None,
     opset: Annotated[int, typer.Option("--opset", help="ONNX opset: 23 or 24")] = 23,
     attention: Annotated[
         AttentionOp, typer.Option("--attention", help="ONNX attention op: standard (opset 23/24) | contrib")
