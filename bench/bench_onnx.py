@@ -6,8 +6,8 @@
 Measured in the same run, with the same random weights (HF's GPT2LMHeadModel initialisation, loaded into
 specc by its Hugging Face name mapping) and the same thread count, contenders timed round-robin:
 - forward latency, B=1, N=512, fp32: ORT on the exported graph (opset-23 ``Attention``), the torch backend,
-  HF ``GPT2LMHeadModel`` (sdpa); ratios to HF;
-- ORT's fp32 MatMul peak (MatMul-only ONNX graphs: GPT-2's MLP shape and 1024×1024→4096, the faster) and
+  HF ``GPT2LMHeadModel`` (sdpa); ratios to HF; every timed call starts from an idle machine (see interleaved);
+- ORT's fp32 MatMul peak (MatMul-only ONNX graphs: GPT-2's 12 MLP shapes and 1024×1024→4096, the faster) and
   the share of it the ORT forward reaches. Model matmul FLOPs come from the IR: 2·in·out per linear per
   token, plus 4·N²·d per layer for QKᵀ and AV (the FlopCounterMode convention, no causal halving);
 - greedy generation tokens/s through the KV-cache graph vs the torch backend and HF ``generate`` (KV cache);
@@ -44,17 +44,29 @@ def machine() -> str:
     return platform.processor() or platform.machine()
 
 
+SETTLE_S = 0.1  # idle time before each timed call (see interleaved)
+
+
 def interleaved(fns: dict, rounds: int, warmup: int) -> dict[str, float]:
-    """Median seconds per call of each function, timed round-robin (one call each per round), so that load
-    from other processes on a shared machine falls on every contender alike."""
+    """Median seconds per call of each function, timed round-robin (one call each per round, the order
+    rotated every round), so that load from other processes on a shared machine falls on every contender alike.
+
+    Each timed call starts after SETTLE_S of idle time: a runtime's worker threads keep spinning for a while
+    after a call returns (every ORT session owns an intra-op pool; torch has its OpenMP pool), and on a 2-core
+    machine that spinning takes a core from the next contender. Measured here: the GPT-2 forward timed right
+    after a MatMul-only ORT session ran 366 ms, and 325–337 ms after 50 ms of idle (or when that session did
+    not spin). Without the pause each contender pays for its predecessor, which is not what running it alone
+    costs."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
+    names = list(fns)
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            time.sleep(SETTLE_S)
             t0 = time.perf_counter()
-            fn()
+            fns[name]()
             times[name].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
@@ -69,13 +81,13 @@ def ort_session(path: Path, threads: int):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-def matmul_peak_graph(threads: int, tokens: int, d: int, hidden: int):
-    """ORT's fp32 MatMul on a graph of MLP-shaped MatMuls ([tokens, d] → hidden → d, ×4): (run, FLOPs)."""
+def matmul_peak_graph(threads: int, tokens: int, d: int, hidden: int, layers: int = 4):
+    """ORT's fp32 MatMul on a graph of MLP-shaped MatMuls ([tokens, d] → hidden → d, ×layers): (run, FLOPs)."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
     nodes, inits, x = [], [], "x"
-    for i in range(4):
+    for i in range(layers):
         w1 = numpy_helper.from_array((rng.standard_normal((d, hidden)) * 0.02).astype(np.float32), f"w1_{i}")
         w2 = numpy_helper.from_array((rng.standard_normal((hidden, d)) * 0.02).astype(np.float32), f"w2_{i}")
         inits += [w1, w2]
@@ -96,7 +108,7 @@ def matmul_peak_graph(threads: int, tokens: int, d: int, hidden: int):
         p.write_bytes(model.SerializeToString())
         sess = ort_session(p, threads)
     feed = {"x": rng.standard_normal((tokens, d)).astype(np.float32)}
-    return (lambda: sess.run(None, feed)), 4 * 2 * (2 * tokens * d * hidden)
+    return (lambda: sess.run(None, feed)), layers * 2 * (2 * tokens * d * hidden)
 
 
 def model_matmul_flops(graph, batch: int, seq: int) -> float:
@@ -158,8 +170,10 @@ def main() -> None:
 
         ids = torch.randint(0, spec.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0))
         feed = {"input_ids": ids.numpy(), "attention_mask": np.ones((1, seq), np.int64)}
-        # the peak: the faster of a model-shaped MatMul chain and a large one (1024 × 1024 → 4096)
-        mm_model, mm_model_flops = matmul_peak_graph(threads, seq, spec.d_model, 4 * spec.d_model)
+        # the peak: the faster of a model-shaped MatMul chain and a large one (1024 × 1024 → 4096). The
+        # model-shaped chain has GPT-2 small's 12 MLPs: long enough (~0.1 s) that waking the thread pool after
+        # the settle pause is noise, as for the forward it is compared with.
+        mm_model, mm_model_flops = matmul_peak_graph(threads, seq, spec.d_model, 4 * spec.d_model, layers=12)
         mm_big, mm_big_flops = matmul_peak_graph(threads, 1024, 1024, 4096)
         with torch.inference_mode():
             ref = hf(ids).logits.numpy()
