@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -25,6 +26,15 @@ class Diagnostic:
         if self.hint:
             text += f"\n  hint: {self.hint}"
         return text
+
+
+def check_ids(ids: Iterable[int], vocab: int | None, what: str) -> None:
+    """Token ids index a vocabulary: 0 ≤ id < vocab (no check when the vocabulary is unknown)."""
+    if vocab is None:
+        return
+    bad = next((int(i) for i in ids if not 0 <= int(i) < vocab), None)
+    if bad is not None:
+        raise SpecError(f"{what} {bad} is outside the vocabulary (0..{vocab - 1})")
 
 
 class SpecError(Exception):

@@ -25,10 +25,26 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # mkstemp creates 0600; give the output the mode any new file would get (0666 less the umask)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp_path, 0o666 & ~mask)
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+IMAGE_FORMATS = ("png", "svg", "pdf")
+
+
+def image_format(path: str | os.PathLike[str]) -> str:
+    """The image format a plot path asks for, refused (as a user error) unless matplotlib's Agg writes it."""
+    fmt = Path(path).suffix.lstrip(".").lower()
+    if fmt not in IMAGE_FORMATS:
+        raise SpecError(f"unsupported image format {Path(path).suffix or '(none)'!r}", file=str(path),
+                        hint="use .png, .svg or .pdf")
+    return fmt
 
 
 def atomic_write(target: str | os.PathLike[str], data: bytes | str | Callable[[Path], None]) -> Path:

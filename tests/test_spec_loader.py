@@ -167,3 +167,9 @@ def test_dumped_spec_reloads_identically() -> None:
     assert "extends" not in dumped
     assert load_spec(dumped) == s
     assert load_spec({**dumped, "extends": None}) == s
+
+
+def test_rule_errors_blame_the_key_the_user_wrote(write_spec) -> None:
+    # the rule's main key (attention.heads) lives in the preset; the value that broke it is the child's d_model
+    p = write_spec("extends: gpt2\nname: mine\nd_model: 770\n")
+    assert errors(p) == [f"{p}:3:1: error: d_model 770 is not divisible by heads 12"]

@@ -151,3 +151,9 @@ def test_missing_keys() -> None:
 def test_float_strings_from_yaml_are_accepted() -> None:
     # YAML 1.1 reads `1e-5` (no dot) as a string; specs written that way must still work.
     assert spec(norm={"eps": "1e-5"}).norm.eps == 1e-5
+
+
+def test_rotary_fraction_must_give_whole_even_dims() -> None:
+    # 8 × 0.3 = 2.4 would be silently truncated to 2; it is refused instead
+    assert "rotary needs an even number of rotated dims" in error_of(position={"type": "rotary", "fraction": 0.3})
+    assert spec(position={"type": "rotary", "fraction": 0.25}).position.fraction == 0.25  # 8 × 0.25 = 2

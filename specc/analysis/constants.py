@@ -7,7 +7,8 @@ numbers can be reproduced.
 
 from __future__ import annotations
 
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+from ..spec.schema import DTYPE_BYTES  # noqa: F401  (re-exported: reports state sizes per dtype)
+
 MASK_BYTES = 1  # a dropout mask element (torch stores bool)
 STAT_BYTES = 4  # fused attention keeps one fp32 log-sum-exp per query row and head
 OPTIMIZER = "Adam"

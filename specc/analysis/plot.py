@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..io import atomic_write
+from ..io import atomic_write, image_format
 from .sweep import Sweep
 from .views import quadratic
 
@@ -27,7 +27,7 @@ def _figure(title: str):  # -> (figure, (flops axis, memory axis))
 def _save(fig, path: str) -> Path:  # type: ignore[no-untyped-def]
     import matplotlib.pyplot as plt
 
-    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    fmt = image_format(path)
     fig.tight_layout()
     try:
         return atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=120))
@@ -41,6 +41,7 @@ def _positive(xs: list[int], ys: list[float]) -> tuple[list[int], list[float]]:
 
 
 def plot_sweep(sw: Sweep, path: str) -> Path:
+    image_format(path)  # refuse a bad suffix before drawing
     rs, xs = sw.reports, sw.values
     r0 = rs[0]
     fig, (af, am) = _figure(f"{r0.name}: cost against {sw.variable} (B={r0.settings.batch}, {r0.settings.dtype})")

@@ -10,7 +10,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from ..errors import SpecError
+from ..errors import SpecError, check_ids
 from .app import app, out
 
 
@@ -36,7 +36,10 @@ def run_(
     ] = None,
     generate: Annotated[int | None, typer.Option("--generate", min=1, help="greedy-decode N new tokens")] = None,
     start_id: Annotated[
-        int, typer.Option("--start-id", help="first decoder token of seq2seq models (specc's <bos> is 1)")
+        int,
+        typer.Option(
+            "--start-id", "--decoder-start-id", help="first decoder token of seq2seq models (specc's <bos> is 1)"
+        ),
     ] = 1,
     eos_id: Annotated[int | None, typer.Option("--eos-id", help="stop a row at this token")] = None,
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="top-k ids shown per row")] = 5,
@@ -52,6 +55,9 @@ def run_(
     from ..runtime.model import OrtModel
 
     m = OrtModel.open(model, provider.value, threads, verbose)
+    if m.ir_meta.get("task") == "seq2seq":
+        check_ids([start_id], m.vocab("decoder_input_ids"), "--start-id")
+    check_ids([] if eos_id is None else [eos_id], m.vocab("decoder_input_ids") or m.vocab("input_ids"), "--eos-id")
     note = "" if m.provider.startswith("CUDA") or provider is Provider.cpu else " (CUDA EP not available)"
     out.print(f"provider: {m.provider}{note}; threads: {threads or _threads()}")
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import SpecError
+from ..errors import SpecError, check_ids
 from .app import SetOpt, SpecArg, app, load, out
 
 
@@ -33,7 +33,10 @@ def generate(
     seed: Annotated[int | None, typer.Option(help="seed of the sampler")] = None,
     eos_id: Annotated[int | None, typer.Option("--eos-id", help="stop once every row produced it")] = None,
     decoder_start_id: Annotated[
-        int, typer.Option("--decoder-start-id", help="encoder-decoders: first decoder token (specc's <bos> is 1)")
+        int,
+        typer.Option(
+            "--decoder-start-id", "--start-id", help="encoder-decoders: first decoder token (specc's <bos> is 1)"
+        ),
     ] = 1,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="recompute the whole context each step")] = False,
     sets: SetOpt = None,
@@ -48,6 +51,11 @@ def generate(
     from ..backends.torch import GenerationError, build_torch, load_checkpoint
 
     ids = _ids(prompt_ids)
+    if spec.endswith(".onnx"):
+        raise SpecError(
+            f"{spec} is an ONNX model; generate runs specs and torch checkpoints",
+            hint=f'specc run {spec} --input-ids "{prompt_ids}" --generate {max_new_tokens}',
+        )
     if spec.endswith(".safetensors") and Path(spec).is_file():
         if sets:
             raise SpecError("--set does not apply to a checkpoint: its spec is stored in the file")
@@ -60,9 +68,11 @@ def generate(
             f"{meta['name']} is a {meta['family']} model ({meta['task']}): nothing to generate",
             hint="generate works with decoder, encoder_decoder and rnn_seq2seq specs",
         )
-    vocab = model.graph.meta.get("vocab_size")
-    if vocab is not None and max(ids) >= vocab:
-        raise SpecError(f"prompt id {max(ids)} is outside the vocabulary of {vocab}")
+    meta = model.graph.meta
+    target = meta.get("target_vocab_size") or meta.get("vocab_size")
+    check_ids(ids, meta.get("vocab_size"), "prompt id")
+    check_ids([decoder_start_id], target, "--decoder-start-id")
+    check_ids([] if eos_id is None else [eos_id], target, "--eos-id")
     try:
         tokens = model.generate(
             torch.tensor([ids]),

@@ -68,6 +68,13 @@ def _meta(spec: Any, family: str, task: str, layers: int, **extra: Any) -> dict[
     }
 
 
+def _text_facts(s: Any) -> dict[str, Any]:
+    """What runtimes check inputs against: vocabulary, context, and the longest sequence a learned position
+    table can index (None when positions are not a table)."""
+    learned = s.position.type == "learned"
+    return {"context": s.context, "vocab_size": s.vocab_size, "max_positions": s.context if learned else None}
+
+
 def _embed_tail(c: _Ctx, x: str, prefix: str, positions: int | None) -> str:
     """Positions (additive kinds), embedding norm and dropout after the token embedding."""
     s, g = c.spec, c.g
@@ -142,7 +149,7 @@ def _attention(c: _Ctx, p: str, x: str, layer: int, mask: str, memory: str | Non
         window=s.attention.window,
         prefix=s.attention.prefix,
         scale=s.attention.scale if s.attention.scale is not None else 1.0 / math.sqrt(hd),
-        rope_dims=int(hd * s.position.fraction) if rope else 0,
+        rope_dims=int(resolve.rotary_dims(s)) if rope else 0,  # a rule made it an even whole number
         rope_theta=s.position.theta,
         dropout=s.dropout.attention,
         cross=memory is not None,
@@ -231,7 +238,7 @@ def _pooler(c: _Ctx, x: str, mode: str) -> str:
 
 
 def _decoder(s: DecoderSpec) -> LayerGraph:
-    g = LayerGraph(meta=_meta(s, "decoder", "causal_lm", s.blocks, context=s.context, vocab_size=s.vocab_size))
+    g = LayerGraph(meta=_meta(s, "decoder", "causal_lm", s.blocks, **_text_facts(s)))
     ids = g.add_input("input_ids", ("B", "N"), "int64")
     pad = g.add_input("attention_mask", ("B", "N"), "int64", optional=True)
     c = _Ctx(g, s, None, pad)
@@ -244,7 +251,9 @@ def _decoder(s: DecoderSpec) -> LayerGraph:
 
 def _encoder(s: EncoderSpec) -> LayerGraph:
     task = {"mlm": "masked_lm", "pooled": "pooled_encoder", "none": "encoder"}[s.head]
-    g = LayerGraph(meta=_meta(s, "encoder", task, s.blocks, context=s.context, vocab_size=s.vocab_size))
+    g = LayerGraph(
+        meta=_meta(s, "encoder", task, s.blocks, **_text_facts(s), type_vocab_size=s.type_vocab_size or None)
+    )
     ids = g.add_input("input_ids", ("B", "N"), "int64")
     pad = g.add_input("attention_mask", ("B", "N"), "int64", optional=True)
     c = _Ctx(g, s, None, pad)
@@ -272,11 +281,7 @@ def _encoder(s: EncoderSpec) -> LayerGraph:
 def _encoder_decoder(s: EncoderDecoderSpec) -> LayerGraph:
     tv = s.target_vocab_size or s.vocab_size
     layers = s.blocks.encoder + s.blocks.decoder
-    g = LayerGraph(
-        meta=_meta(
-            s, "encoder_decoder", "seq2seq", layers, context=s.context, vocab_size=s.vocab_size, target_vocab_size=tv
-        )
-    )
+    g = LayerGraph(meta=_meta(s, "encoder_decoder", "seq2seq", layers, **_text_facts(s), target_vocab_size=tv))
     ids = g.add_input("input_ids", ("B", "N"), "int64")
     pad = g.add_input("attention_mask", ("B", "N"), "int64", optional=True)
     dec_ids = g.add_input("decoder_input_ids", ("B", "N_dec"), "int64")

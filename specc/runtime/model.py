@@ -84,21 +84,20 @@ class OrtModel:
         return any(i.name.startswith("past_key_values.") for i in self.main.get_inputs())
 
     def vocab(self, name: str) -> int | None:
-        """Vocabulary an id input indexes (from the spec in the metadata); None when unknown."""
+        """Vocabulary an id input indexes (from the lowered graph's facts in the metadata); None when unknown."""
+        m = self.ir_meta
         if name == "decoder_input_ids":
-            return self.spec.get("target_vocab_size") or self.spec.get("vocab_size")
+            return m.get("target_vocab_size") or m.get("vocab_size")
         if name == "token_type_ids":
-            return self.spec.get("type_vocab_size") or None
+            return m.get("type_vocab_size")
         if name == "input_ids":
-            return self.spec.get("vocab_size")
+            return m.get("vocab_size")
         return None
 
     @property
     def max_positions(self) -> int | None:
         """Longest sequence a stack can read: the learned position table's size (None: unbounded)."""
-        position = self.spec.get("position", {})
-        kind = position.get("type") if isinstance(position, dict) else position
-        return self.spec.get("context") if kind == "learned" and self.family != "vit" else None
+        return self.ir_meta.get("max_positions")
 
     def inputs(self, role: str | None = None) -> list[IOSpec]:
         sess = self.sessions[role] if role else self.main

@@ -40,8 +40,9 @@ def open_session(
     opts.intra_op_num_threads = threads or default_threads()
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if verbose:
-        opts.log_severity_level = 0  # VERBOSE: shows node placement and the attention kernel chosen
+    # VERBOSE shows node placement and the attention kernel chosen; otherwise errors only reach the user as
+    # specc's one-line messages, not as onnxruntime's coloured log lines.
+    opts.log_severity_level = 0 if verbose else 3
     want_cuda = provider != "cpu" and CUDA in ort.get_available_providers()
     if provider == "cuda" and not want_cuda:
         raise SpecError(
@@ -61,7 +62,7 @@ def open_session(
         raise SpecError(_load_error(p, e), file=str(p), hint=hint) from None
     finally:
         if want_cuda and not verbose:
-            ort.set_default_logger_severity(2)
+            ort.set_default_logger_severity(3)
     active = sess.get_providers()[0]
     if provider == "cuda" and active != CUDA:
         raise SpecError(

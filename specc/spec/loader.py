@@ -96,6 +96,7 @@ def _merge(parent: Located, child: Located) -> Located:
         return c
 
     data = go(parent.data, child.data, ())
+    locs[()] = child.locs[()]  # the document is the child's: errors name the file the user gave
     return Located(data, locs)
 
 
@@ -169,8 +170,12 @@ def _diagnostics(e: ValidationError, doc: Located) -> Iterable[Diagnostic]:
     for err in e.errors():
         ctx_error = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_error, RuleViolations):
+            own = doc.loc(()).file
             for v in ctx_error.violations:
-                yield doc.loc(v.path).diag(v.message, v.hint)
+                keys = [k for k in (v.path, *v.also) if k in doc.locs]
+                mine = [k for k in keys if doc.locs[k].file == own or doc.locs[k].file.startswith("--set ")]
+                blame = mine[0] if mine else v.path
+                yield doc.loc(blame).diag(v.message, v.hint)
             continue
         yield _describe(err, _clean_path(root, err["loc"]), root, doc)
 

@@ -52,6 +52,11 @@ def embedding_scale(spec: _Transformer) -> float:
     return float(s)
 
 
+def rotary_dims(spec: _Transformer) -> float:
+    """Dims of each head that RoPE rotates: head_dim × fraction (valid only when an even whole number)."""
+    return head_dim(spec) * spec.position.fraction
+
+
 def mask(spec: _Transformer) -> str:
     m = spec.attention.mask
     if m is not None:

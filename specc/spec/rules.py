@@ -32,6 +32,9 @@ class Violation:
     path: Path
     message: str
     hint: str | None = None
+    # Other keys the rule involves: the loader blames the first of path + also that the user's own file sets
+    # (with ``extends:``, the offending value may come from the child while ``path`` lives in the parent).
+    also: tuple[Path, ...] = ()
 
 
 class RuleViolations(ValueError):
@@ -69,6 +72,7 @@ def _attention(spec: _Transformer) -> Any:
             ("attention", "heads"),
             f"d_model {spec.d_model} is not divisible by heads {a.heads}",
             f"use heads: {lo} (a divisor of {spec.d_model}), or set attention.head_dim explicitly",
+            also=(("d_model",),),
         )
     kv = resolve.kv_heads(spec)
     if a.heads % kv:
@@ -76,6 +80,7 @@ def _attention(spec: _Transformer) -> Any:
             ("attention", "kv_heads"),
             f"heads {a.heads} is not divisible by kv_heads {kv}",
             "each K/V head serves a whole group of query heads: pick kv_heads dividing heads (1 = MQA)",
+            also=(("attention", "heads"),),
         )
     if mask == "sliding_window" and a.window is None:
         yield Violation(("attention", "mask"), "mask sliding_window needs attention.window", "add window: 4096")
@@ -110,6 +115,7 @@ def _mlp(spec: _Transformer) -> Any:
             ("mlp", "active"),
             f"active experts {m.active} > experts {m.experts}",
             f"each token is routed to at most all experts: use active ≤ {m.experts}",
+            also=(("mlp", "experts"),),
         )
 
 
@@ -117,8 +123,8 @@ def _position(spec: _Transformer) -> Any:
     p = spec.position
     hd = resolve.head_dim(spec)
     if p.type == "rotary":
-        rotated = int(hd * p.fraction)
-        if rotated < 2 or rotated % 2:
+        rotated = resolve.rotary_dims(spec)
+        if rotated < 2 or rotated != int(rotated) or int(rotated) % 2:
             yield Violation(
                 ("position", "fraction") if p.fraction != 1.0 else ("position", "type"),
                 f"rotary needs an even number of rotated dims, but head_dim {hd} × fraction {p.fraction} = "
@@ -166,6 +172,7 @@ def _vit(spec: ViTSpec) -> Any:
             ("image", "patch"),
             f"image {im.size} is not divisible by patch {im.patch}",
             f"use patch: {best} or an image size that is a multiple of {im.patch}",
+            also=(("image", "size"),),
         )
     if spec.head == "classifier" and spec.classes is None:
         yield Violation(("classes",), "a ViT classifier needs classes", "add classes: 1000, or set head: pooled | none")

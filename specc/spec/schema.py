@@ -25,6 +25,7 @@ MAX_EXPERTS = 4096
 SInt = Annotated[int, Strict()]
 SBool = Annotated[bool, Strict()]
 Dtype = Literal["fp32", "fp16", "bf16"]
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
 
 

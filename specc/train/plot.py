@@ -4,18 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import SpecError
-from ..io import atomic_write
+from ..io import atomic_write, image_format
 from .attention import AttentionMap
-
-FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 
 
 def save_heatmap(m: AttentionMap, path: str | Path, name: str) -> Path:
-    fmt = FORMATS.get(Path(path).suffix.lower())
-    if fmt is None:
-        suffix = Path(path).suffix
-        raise SpecError(f"unsupported image format {suffix!r}", file=str(path), hint="use .png, .svg or .pdf")
+    fmt = image_format(path)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -18,6 +18,7 @@ from ... import __version__
 from ...errors import SpecError
 from ...ir.graph import LayerGraph
 from ...ir.lower import lower
+from ...spec.schema import DTYPE_BYTES
 from .builder import ExportOptions
 from .graph_transformer import build_transformer, validate
 from .kv_cache import LAYOUT
@@ -88,9 +89,6 @@ def export_onnx(
     return path
 
 
-BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-
-
 def _check_memory(g: LayerGraph, opts: ExportOptions) -> None:
     """Refuse, before allocating, an export whose weights will not fit: the fp32 torch weights plus the
     cast copy held by the model proto plus its serialisation (≈ params · (4 + 2·bytes of the dtype))."""
@@ -99,7 +97,7 @@ def _check_memory(g: LayerGraph, opts: ExportOptions) -> None:
     from ..torch.memory import available_bytes, gib
 
     params = g.num_params()
-    need = params * (4 + 2 * BYTES[opts.dtype])
+    need = params * (4 + 2 * DTYPE_BYTES[opts.dtype])
     free = available_bytes(torch.device("cpu"))
     if need > free:
         raise SpecError(
