@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from ..spec.serialize import SPEC_KEY
 from .session import open_session
 
 ORT_TYPES = {
@@ -61,7 +62,7 @@ class OrtModel:
                 raise SpecError(f"the decoder step graph {step.name} is missing beside {path.name}", file=str(path))
             sessions["decoder_step"], _ = open_session(step, active_name(active), threads, verbose)
         model = cls(path, sessions, active, meta)
-        model.spec = json.loads(meta.get("specc.spec", "{}"))
+        model.spec = json.loads(meta.get(SPEC_KEY, "{}"))
         model.ir_meta = json.loads(meta.get("specc.ir_meta", "{}"))
         return model
 

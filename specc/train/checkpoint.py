@@ -21,9 +21,9 @@ from safetensors.torch import load_file, save_file
 from .. import __version__
 from ..errors import SpecError
 from ..io import atomic_write
+from ..spec.serialize import SPEC_KEY, spec_json
 from .vocab import Vocab
 
-SPEC_KEY = "specc.spec"  # as specc.backends.torch.checkpoint writes it
 TRAIN_KEY = "specc.train"
 STEP_KEY = "specc.step"
 
@@ -49,12 +49,6 @@ def optimizer_path(path: str | Path) -> Path:
     p = Path(path)
     stem = p.name[: -len(".safetensors")] if p.name.endswith(".safetensors") else p.name
     return p.with_name(f"{stem}.optim.safetensors")
-
-
-def spec_json(spec: Any) -> str:
-    described = spec.model_dump(mode="json")
-    described.pop("extends", None)  # already resolved into the fields
-    return json.dumps(described)
 
 
 def save(

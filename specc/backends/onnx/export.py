@@ -19,10 +19,11 @@ from ...errors import SpecError
 from ...ir.graph import LayerGraph
 from ...ir.lower import lower
 from ...spec.schema import DTYPE_BYTES
+from ...spec.serialize import SPEC_KEY, spec_json
 from .builder import ExportOptions
 from .graph_transformer import build_transformer, validate
 from .kv_cache import LAYOUT
-from .save import save, set_metadata, spec_json
+from .save import save, set_metadata
 from .weights import export_weights
 
 
@@ -110,7 +111,7 @@ def _check_memory(g: LayerGraph, opts: ExportOptions) -> None:
 def _metadata(spec: Any, g: LayerGraph, opts: ExportOptions) -> dict[str, str]:
     meta = {
         "specc.version": __version__,
-        "specc.spec": spec_json(spec),
+        SPEC_KEY: spec_json(spec),
         "specc.family": str(g.meta["family"]),
         "specc.task": str(g.meta.get("task", "")),
         "specc.dtype": opts.dtype,

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import onnx
 
@@ -14,12 +12,6 @@ from ... import __version__
 from ...io import atomic_path
 
 PROTO_LIMIT = 2_000_000_000  # protobuf's 2 GiB cap, with room for the graph itself
-
-
-def spec_json(spec: Any) -> str:
-    data = spec.model_dump(mode="json", exclude_none=True)
-    data.pop("extends", None)  # resolved already
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 def set_metadata(model: onnx.ModelProto, props: dict[str, str]) -> None:

@@ -12,10 +12,9 @@ import torch
 from ... import __version__
 from ...errors import SpecError
 from ...io import atomic_write
+from ...spec.serialize import SPEC_KEY, spec_json
 from .build import build_torch
 from .runtime import DTYPES, Model
-
-SPEC_KEY = "specc.spec"
 
 
 def _spec_model(spec: Any) -> Any:
@@ -36,11 +35,9 @@ def compile_checkpoint(
     spec = _spec_model(spec)
     model = build_torch(spec, weights=weights, device="cpu", dtype=dtype)
     tensors = {name: t.contiguous() for name, t in model.state_dict().items()}
-    described = spec.model_dump(mode="json")
-    described.pop("extends", None)  # already resolved into the fields
     stored = next(iter(tensors.values())).dtype if tensors else None
-    described["dtype"] = next((k for k, v in DTYPES.items() if v == stored), described["dtype"])
-    metadata = {SPEC_KEY: json.dumps(described), "specc.version": __version__, "format": "pt"}
+    dtype_name = next((k for k, v in DTYPES.items() if v == stored), spec.dtype)
+    metadata = {SPEC_KEY: spec_json(spec, dtype=dtype_name), "specc.version": __version__, "format": "pt"}
 
     from safetensors.torch import save_file
 

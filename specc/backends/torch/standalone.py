@@ -8,7 +8,6 @@ and the same seeded initialisation as ``specc.build_torch``.
 from __future__ import annotations
 
 import ast
-import json
 import os
 import pprint
 import re
@@ -19,6 +18,7 @@ import torch
 
 from ... import __version__
 from ...io import atomic_write
+from ...spec.serialize import spec_dict
 from . import runtime
 from .build import as_graph, graph_data
 from .checkpoint import _spec_model, compile_checkpoint
@@ -216,7 +216,6 @@ def write_model_py(
         target = path.with_suffix(".safetensors")
         compile_checkpoint(spec, target, weights=weights)
         weights_file = target.name
-    described = json.loads(json.dumps(spec.model_dump(mode="json")))
-    described.pop("extends", None)
+    described = spec_dict(spec)
     source = model_source(described, graph_data(as_graph(spec)), weights_file)
     return atomic_write(path, source)
