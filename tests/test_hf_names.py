@@ -231,3 +231,25 @@ def test_bart_tables_the_spec_shares_must_be_equal(tmp_path: Path) -> None:
         to_specc_names(g, tensors)
     tensors["model.decoder.embed_tokens.weight"] = shared.clone()
     assert torch.equal(to_specc_names(g, tensors)["encoder.embed.weight"], shared)
+
+
+def test_sharded_checkpoint_folder_loads(tmp_path) -> None:
+    """build_torch reads a save_pretrained folder with shards and an index, not only one file."""
+    import json
+
+    from safetensors.torch import save_file
+
+    import specc
+
+    spec = specc.load_spec("gpt2", ["blocks=1", "d_model=16", "attention.heads=2", "vocab_size=40", "context=8",
+                                    "mlp.hidden=32"])
+    state = specc.build_torch(spec).state_dict()
+    names = sorted(state)
+    half = len(names) // 2
+    shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
+    for file, keys in shards.items():
+        save_file({k: state[k].contiguous() for k in keys}, str(tmp_path / file))
+    index = {"weight_map": {k: f for f, keys in shards.items() for k in keys}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    loaded = specc.build_torch(spec, weights=tmp_path).state_dict()
+    assert all(torch.equal(loaded[k], state[k]) for k in names)

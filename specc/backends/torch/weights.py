@@ -46,12 +46,14 @@ def read_weights(source: str | os.PathLike[str] | dict[str, Any], graph: LayerGr
 
 
 def load_safetensors(path: str) -> dict[str, torch.Tensor]:
+    """One .safetensors file, a sharded checkpoint's index, or a folder holding either (as save_pretrained writes)."""
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
-    if not os.path.isfile(path):
+    from ...interop.checkpoint import load
+
+    if not os.path.exists(path):
         raise SpecError(f"no such weights file: {path}", file=path)
     try:
-        return load_file(path)
-    except (SafetensorError, OSError) as e:
+        return load(path)
+    except (SafetensorError, OSError, ValueError, KeyError) as e:
         raise SpecError(f"cannot read safetensors: {e}", file=path) from None
