@@ -278,17 +278,18 @@ def _describe(err: Any, path: Key, root: type[BaseModel] | None, doc: Located) -
     if typ in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         op = {"greater_than": ">", "greater_than_equal": "≥", "less_than": "<", "less_than_equal": "≤"}[typ]
         bound = next(iter(ctx.values()))
-        return where.diag(f"{name} must be {op} {bound}, got {_show(value)}", None)
+        return where.diag(f"{name} must be {op} {bound}, got {_show(value)}", f"use a value {op} {bound}")
     if typ in ("int_type", "int_parsing", "int_from_float"):
         return where.diag(f"{name}: expected a whole number, got {_show(value)}", f"e.g. {path[-1]}: 12")
     if typ in ("bool_type", "bool_parsing"):
-        return where.diag(f"{name}: expected true or false, got {_show(value)}")
+        return where.diag(f"{name}: expected true or false, got {_show(value)}", f"write {path[-1]}: true")
     if typ in ("float_type", "float_parsing", "finite_number"):
         return where.diag(f"{name}: expected a finite number, got {_show(value)}", "e.g. 1.0e-5")
     if typ in ("string_type",):
         return where.diag(f"{name}: expected text, got {_show(value)}", 'quote it: "..."')
     if typ in ("model_type", "model_attributes_type", "dict_type"):
-        return where.diag(f"{name}: expected a mapping of keys, got {_show(value)}")
+        return where.diag(f"{name}: expected a mapping of keys, got {_show(value)}",
+                          f"write {path[-1] if path else 'it'} as `key: value` lines indented below it")
     if typ in ("string_too_short", "string_too_long"):
         return where.diag(f"{name}: {err['msg'].lower()}")
     return where.diag(f"{name}: {err['msg']}")
