@@ -131,7 +131,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from twins import gpt2_twins
 
     import specc
     from specc.runtime.session import default_threads
@@ -147,18 +147,8 @@ def main() -> None:
     spec = specc.load_spec("gpt2", overrides)
     graph = specc.lower(spec)
 
-    torch.manual_seed(0)
-    cfg = GPT2Config(
-        n_layer=spec.blocks,
-        n_embd=spec.d_model,
-        n_head=spec.attention.heads,
-        n_positions=spec.context,
-        vocab_size=spec.vocab_size,
-        attn_implementation="sdpa",
-    )
-    hf = GPT2LMHeadModel(cfg).eval()
+    ours, hf = gpt2_twins(spec)
     hf_weights = {k: v.detach().clone() for k, v in hf.state_dict().items()}
-    ours = specc.build_torch(spec, weights=hf_weights).eval()
 
     rows: list[tuple[str, str, str]] = []
     with tempfile.TemporaryDirectory() as tmp:

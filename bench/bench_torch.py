@@ -33,6 +33,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from twins import gpt2_twins  # noqa: E402
+
 import specc  # noqa: E402
 from specc.backends.torch.memory import available_bytes  # noqa: E402
 
@@ -69,18 +71,6 @@ def matmul_peaks(n: int, reps: int) -> dict[str, float]:
         with torch.inference_mode():
             peaks["oneDNN"] = 2 * n**3 / best_of(lambda: fast(a, b, None), reps) / 1e9
     return peaks
-
-
-def gpt2_pair(blocks: int | None = None) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """specc's gpt2 and HF's GPT2LMHeadModel (sdpa) with the same random weights."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    config = GPT2Config(attn_implementation="sdpa", **({"n_layer": blocks} if blocks else {}))
-    torch.manual_seed(0)
-    hf = GPT2LMHeadModel(config).eval()
-    spec = specc.load_spec("gpt2", [f"blocks={blocks}"] if blocks else None)
-    ours = specc.build_torch(spec, weights=hf.state_dict())  # HF names → specc names (Conv1D transposed)
-    return ours, hf
 
 
 def matmul_flops(model: torch.nn.Module, ids: torch.Tensor) -> int:
@@ -221,7 +211,7 @@ def main() -> None:
     peak = max(peaks.values())  # the % below is of the best fp32 matmul this machine showed
     rows.append(("fp32 matmul peak, n×n×n", ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()), "", ""))
 
-    ours, hf = gpt2_pair(blocks=2 if quick else None)
+    ours, hf = gpt2_twins(specc.load_spec("gpt2", ["blocks=2"] if quick else None))
     n = 128 if quick else 512
     f = forward(ours, hf, n, reps)
     pct = f["flops"] / f["specc_s"] / 1e9 / peak * 100

@@ -23,6 +23,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from twins import gpt2_twins
+
 import specc
 
 NOMINAL_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12}
@@ -83,8 +85,6 @@ def correctness(dev: torch.device) -> list[tuple[str, str]]:
 
 
 def throughput(dev: torch.device, batch: int, seq: int, reps: int, dry: bool) -> list[tuple[str, str]]:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     dtype = torch.bfloat16
     n = 8192 if dev.type == "cuda" else 256
@@ -97,21 +97,13 @@ def throughput(dev: torch.device, batch: int, seq: int, reps: int, dry: bool) ->
     )
     spec = specc.load_spec(preset, sets)
     flops = specc.analyze(spec, batch=batch, seq=seq).to_dict()["flops"]["forward"]["matmul"]
-    ours = specc.build_torch(spec, device=dev, dtype="bf16")
-    cfg = GPT2Config(
-        n_layer=spec.blocks,
-        n_embd=spec.d_model,
-        n_head=spec.attention.heads,
-        n_positions=spec.context,
-        vocab_size=spec.vocab_size,
-        attn_implementation="sdpa",
-    )
-    with torch.device(dev):
-        hf = GPT2LMHeadModel(cfg).to(dtype).eval()
+    ours, hf = gpt2_twins(spec, dev, dtype)
     ids = torch.randint(0, spec.vocab_size, (batch, seq), device=dev)
     with torch.inference_mode():
         t_ours = timed(lambda: ours(ids), reps, sync)
         t_hf = timed(lambda: hf(ids).logits, reps, sync)
+        first = ids[:1, :128]  # same weights: the two logits agree to bf16 rounding
+        diff = (ours(first).float() - hf(first).logits.float()).abs().max().item()
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     nominal = next((v for k, v in NOMINAL_BF16.items() if k in name), None)
     mfu = flops / t_ours / peak * 100
@@ -123,7 +115,8 @@ def throughput(dev: torch.device, batch: int, seq: int, reps: int, dry: bool) ->
         ),
         (
             f"{preset} bf16 forward B={batch} N={seq}: HF GPT2LMHeadModel (sdpa)",
-            f"{t_hf * 1e3:.1f} ms, {batch * seq / t_hf:,.0f} tok/s ({t_hf / t_ours:.2f}× slower than specc)",
+            f"{t_hf * 1e3:.1f} ms, {batch * seq / t_hf:,.0f} tok/s ({t_hf / t_ours:.2f}× slower than specc); "
+            f"same weights, logits differ by ≤ {diff:.2g}",
         ),
         (
             "MFU (matmul FLOPs / time / measured peak)",
@@ -134,10 +127,7 @@ def throughput(dev: torch.device, batch: int, seq: int, reps: int, dry: bool) ->
     del ours, hf
 
     small = specc.load_spec("gpt2", ["blocks=2"] if dry else [])
-    ours = specc.build_torch(small, device=dev, dtype="fp32")
-    hf_cfg = GPT2Config(n_layer=small.blocks, attn_implementation="sdpa")
-    with torch.device(dev):
-        hf = GPT2LMHeadModel(hf_cfg).eval()
+    ours, hf = gpt2_twins(small, dev)
     prompt = torch.randint(0, 50257, (1, 32), device=dev)
     new = 16 if dry else 128
     with torch.inference_mode():
