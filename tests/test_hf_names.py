@@ -184,7 +184,7 @@ def test_marian_sinusoids_are_specc_sinusoids_permuted() -> None:
     """The permutation marian_to_interleaved applies to the residual stream maps HF's table onto specc's."""
     from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
-    from specc.backends.torch.runtime import sinusoids
+    from specc.backends.torch.layers import sinusoids
     from specc.interop.hf_bart import interleave_order
 
     d = 16

@@ -15,8 +15,18 @@ SPECS = presets_dir()
 
 PRESETS = preset_names()
 EXPECTED_PRESETS = {
-    "transformer-base", "transformer-big", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "vit-b16",
-    "bert-base", "llama2-7b", "mixtral-8x7b", "gru-bahdanau",
+    "transformer-base",
+    "transformer-big",
+    "gpt2",
+    "gpt2-medium",
+    "gpt2-large",
+    "gpt2-xl",
+    "gpt3-175b",
+    "vit-b16",
+    "bert-base",
+    "llama2-7b",
+    "mixtral-8x7b",
+    "gru-bahdanau",
 }
 
 
@@ -113,3 +123,12 @@ def test_post_norm_block_order() -> None:
     g = lower(load_spec("gpt2"))
     assert g.op("blocks.0.attn.qkv").inputs == ("blocks.0.norm1",)
     assert g.op("blocks.0.add_attn").inputs == ("pos", "blocks.0.attn.out")
+
+
+def test_moe_router_training_options_reach_the_op() -> None:
+    g = lower(load_spec("mixtral-8x7b", ["mlp.router.aux_loss_coef=0.02", "mlp.router.jitter=0.1"]))
+    a = g.op("blocks.0.mlp.experts").attrs
+    assert (a["aux_loss_coef"], a["jitter"]) == (0.02, 0.1)
+    assert all(isinstance(a[k], float) for k in ("aux_loss_coef", "jitter"))
+    a = lower(load_spec("mixtral-8x7b")).op("blocks.0.mlp.experts").attrs
+    assert (a["aux_loss_coef"], a["jitter"]) == (0.01, 0.0)  # the schema's defaults

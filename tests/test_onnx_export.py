@@ -93,8 +93,10 @@ def test_initializers_are_named_after_ir_parameters(tmp_path: Path) -> None:
     spec = _spec("gpt2")
     model = onnx.load(str(export_onnx(spec, tmp_path / "m.onnx")))
     params = set(specc.lower(spec).params())
-    named = {t.name for t in model.graph.initializer if not t.name.startswith("const/")}
+    inputs = {i.name for i in model.graph.input}
+    named = {t.name for t in model.graph.initializer if not t.name.startswith("const/") and t.name not in inputs}
     assert named == params  # tied lm_head reuses embed.weight: no copy
+    assert {t.name for t in model.graph.initializer} & inputs == {"position_ids"}  # the optional input's default
 
 
 def test_metadata_holds_the_spec(tmp_path: Path) -> None:
@@ -110,7 +112,8 @@ def test_metadata_holds_the_spec(tmp_path: Path) -> None:
 @pytest.mark.parametrize("dtype,elem", [("fp16", onnx.TensorProto.FLOAT16), ("bf16", onnx.TensorProto.BFLOAT16)])
 def test_half_precision_exports_check(tmp_path: Path, dtype: str, elem: int) -> None:
     model = onnx.load(str(export_onnx(_spec("llama_gqa"), tmp_path / "m.onnx", dtype=dtype, kv_cache=True)))
-    params = [t for t in model.graph.initializer if not t.name.startswith("const/")]
+    inputs = {i.name for i in model.graph.input}  # position_ids: an int64 input with a default
+    params = [t for t in model.graph.initializer if not t.name.startswith("const/") and t.name not in inputs]
     assert params and all(t.data_type == elem for t in params)  # (rotary angles stay fp32, as in torch)
     out = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
     assert out["logits"] == elem and out["present.0.key"] == elem

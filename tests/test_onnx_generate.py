@@ -54,8 +54,8 @@ def test_decoder_kv_cache_generation_matches_torch(tmp_path: Path, name: str, at
     rng = np.random.default_rng(0)
     ids = rng.integers(0, spec.vocab_size, (2, 5))
     mask = np.ones_like(ids)
-    mask[1, :2] = 0  # a left-padded prompt in the batch
-    want = _torch_generate(model, ids, mask)
+    mask[1, :2] = 0  # a left-padded prompt in the batch: it must generate what its 3 tokens generate alone
+    want = np.concatenate([_torch_generate(model, ids[:1], None), _torch_generate(model, ids[1:, 2:], None)])
     path = export_onnx(spec, tmp_path / "m.onnx", kv_cache=True, attention=attention)
     got = _ort_generate(path, {"input_ids": ids, "attention_mask": mask})
     np.testing.assert_array_equal(got, want)

@@ -47,6 +47,17 @@ def test_rule_error_points_at_the_key(write_spec) -> None:
     assert errors(p) == [f"{p}:8:3: error: d_model 32 is not divisible by heads 5"]
 
 
+def test_padding_mask_on_a_decoder_points_at_the_mask(write_spec) -> None:
+    p = write_spec(GOOD + "  mask: padding\n")
+    with pytest.raises(SpecError) as e:
+        load_spec(p)
+    (d,) = e.value.diagnostics
+    assert (d.file, d.line, d.col) == (str(p), 9, 3)
+    assert d.message == "attention.mask padding is refused on a decoder: it would make the decoder bidirectional"
+    assert d.hint is not None and d.hint.startswith("decoders are causal")
+    assert d.hint.endswith("use mask: causal")
+
+
 def test_value_error_location(write_spec) -> None:
     p = write_spec(GOOD.replace("blocks: 2", "blocks: 0"))
     assert errors(p) == [f"{p}:6:1: error: blocks must be ≥ 1, got 0"]
@@ -145,8 +156,13 @@ def test_extends_unknown_and_cycle(write_spec) -> None:
 def test_overrides(write_spec) -> None:
     p = write_spec(GOOD)
     s = load_spec(p, ["blocks=5", "attention.kv_heads=2", "mlp.type=swiglu", "position=rotary", "bias=false"])
-    assert (s.blocks, s.attention.kv_heads, s.mlp.type, s.position.type, s.bias.qkv) == (5, 2, "swiglu", "rotary",
-                                                                                        False)
+    assert (s.blocks, s.attention.kv_heads, s.mlp.type, s.position.type, s.bias.qkv) == (
+        5,
+        2,
+        "swiglu",
+        "rotary",
+        False,
+    )
 
 
 def test_override_errors_are_located_at_the_flag(write_spec) -> None:

@@ -59,8 +59,12 @@ spec_dict = st.fixed_dictionaries(
         "blocks": maybe(st.integers(1, 3)),
         "attention": st.one_of(attention, scalar),
         "norm": st.fixed_dictionaries(
-            {}, optional={"type": maybe(st.sampled_from(["layernorm", "rmsnorm"])), "placement": maybe(
-                st.sampled_from(["pre", "post"])), "eps": maybe(st.floats(1e-8, 1e-2))}
+            {},
+            optional={
+                "type": maybe(st.sampled_from(["layernorm", "rmsnorm"])),
+                "placement": maybe(st.sampled_from(["pre", "post"])),
+                "eps": maybe(st.floats(1e-8, 1e-2)),
+            },
         ),
         "mlp": mlp,
         "position": maybe(st.sampled_from(["learned", "sinusoidal", "rotary", "none", "learned_2d", "sinusoidal_2d"])),
@@ -69,8 +73,11 @@ spec_dict = st.fixed_dictionaries(
         "pooling": maybe(st.sampled_from(["mean", "cls"])),
         "rnn": st.fixed_dictionaries(
             {"hidden": maybe(st.integers(1, 16))},
-            optional={"cell": maybe(st.sampled_from(["gru", "lstm", "rnn"])), "bidirectional": maybe(st.booleans()),
-                      "attention": maybe(st.sampled_from(["none", "bahdanau", "luong_dot", "luong_general"]))},
+            optional={
+                "cell": maybe(st.sampled_from(["gru", "lstm", "rnn"])),
+                "bidirectional": maybe(st.booleans()),
+                "attention": maybe(st.sampled_from(["none", "bahdanau", "luong_dot", "luong_general"])),
+            },
         ),
         "bias": maybe(st.booleans()),
         "tie_embeddings": maybe(st.booleans()),
@@ -80,8 +87,6 @@ spec_dict = st.fixed_dictionaries(
 )
 
 
-
-
 @st.composite
 def plausible(draw: Any) -> dict[str, Any]:
     """A spec close to valid: consistent sizes for a random kind, then a few random mutations."""
@@ -89,23 +94,40 @@ def plausible(draw: Any) -> dict[str, Any]:
     heads = draw(st.sampled_from([1, 2, 4]))
     d: dict[str, Any] = {"name": "p", "kind": kind}
     if kind == "rnn_seq2seq":
-        d.update(vocab_size=draw(st.integers(2, 30)), rnn={
-            "hidden": draw(st.integers(1, 8)), "cell": draw(st.sampled_from(["gru", "lstm", "rnn"])),
-            "bidirectional": draw(st.booleans()),
-            "attention": draw(st.sampled_from(["none", "bahdanau", "luong_general", "luong_dot"]))})
+        d.update(
+            vocab_size=draw(st.integers(2, 30)),
+            rnn={
+                "hidden": draw(st.integers(1, 8)),
+                "cell": draw(st.sampled_from(["gru", "lstm", "rnn"])),
+                "bidirectional": draw(st.booleans()),
+                "attention": draw(st.sampled_from(["none", "bahdanau", "luong_general", "luong_dot"])),
+            },
+        )
     else:
-        d.update(d_model=heads * draw(st.sampled_from([2, 4])), blocks=draw(st.integers(1, 2)),
-                 attention={"heads": heads, "kv_heads": draw(st.sampled_from([1, heads]))},
-                 mlp=draw(mlp), norm={"type": draw(st.sampled_from(["layernorm", "rmsnorm"])),
-                                      "placement": draw(st.sampled_from(["pre", "post"]))})
+        d.update(
+            d_model=heads * draw(st.sampled_from([2, 4])),
+            blocks=draw(st.integers(1, 2)),
+            attention={"heads": heads, "kv_heads": draw(st.sampled_from([1, heads]))},
+            mlp=draw(mlp),
+            norm={
+                "type": draw(st.sampled_from(["layernorm", "rmsnorm"])),
+                "placement": draw(st.sampled_from(["pre", "post"])),
+            },
+        )
         if kind == "vit":
             patch = draw(st.sampled_from([2, 4]))
-            d.update(image={"size": patch * draw(st.integers(1, 3)), "patch": patch, "channels": 1},
-                     classes=draw(st.integers(1, 5)), pooling=draw(st.sampled_from(["mean", "cls"])),
-                     position=draw(st.sampled_from(["learned", "learned_2d", "sinusoidal_2d", "none"])))
+            d.update(
+                image={"size": patch * draw(st.integers(1, 3)), "patch": patch, "channels": 1},
+                classes=draw(st.integers(1, 5)),
+                pooling=draw(st.sampled_from(["mean", "cls"])),
+                position=draw(st.sampled_from(["learned", "learned_2d", "sinusoidal_2d", "none"])),
+            )
         else:
-            d.update(vocab_size=draw(st.integers(2, 30)), context=draw(st.integers(4, 16)),
-                     position=draw(st.sampled_from(["learned", "sinusoidal", "rotary", "none"])))
+            d.update(
+                vocab_size=draw(st.integers(2, 30)),
+                context=draw(st.integers(4, 16)),
+                position=draw(st.sampled_from(["learned", "sinusoidal", "rotary", "none"])),
+            )
     for _ in range(draw(st.integers(0, 2))):
         key = draw(st.sampled_from([*d.keys(), "bogus"]))
         action = draw(st.sampled_from(["junk", "delete", "fuzz"]))

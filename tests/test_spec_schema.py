@@ -102,14 +102,30 @@ def test_all_rule_violations_reported_together() -> None:
     assert text.count("error:") == 3
 
 
+def test_padding_mask_is_refused_on_a_decoder_only() -> None:
+    text = error_of(attention={"heads": 4, "mask": "padding"})
+    assert "attention.mask padding is refused on a decoder: it would make the decoder bidirectional" in text
+    assert "padding is applied whenever attention_mask is passed at run time: use mask: causal" in text
+    assert resolve.mask(spec(attention={"heads": 4, "mask": "causal"})) == "causal"
+    # encoders and encoder-decoders take it (an encoder-decoder's mask is its encoder's; its decoder is causal)
+    padding, causal = {"heads": 4, "mask": "padding"}, {"heads": 4, "mask": "causal"}
+    assert resolve.mask(spec(kind="encoder", attention=padding)) == "padding"
+    assert resolve.mask(spec(kind="encoder_decoder", blocks=1, attention=padding)) == "padding"
+    assert "the decoder is always causal" in error_of(kind="encoder_decoder", blocks=1, attention=causal)
+
+
 def test_encoder_decoder_vocab_rule() -> None:
     with pytest.raises(SpecError, match="shared_embeddings needs one vocabulary"):
         load_spec({**TINY, "kind": "encoder_decoder", "blocks": 1, "target_vocab_size": 50})
 
 
 def test_rnn_rules() -> None:
-    rnn = {"name": "r", "kind": "rnn_seq2seq", "vocab_size": 20, "rnn": {"hidden": 8, "bidirectional": True,
-                                                                       "attention": "luong_dot"}}
+    rnn = {
+        "name": "r",
+        "kind": "rnn_seq2seq",
+        "vocab_size": 20,
+        "rnn": {"hidden": 8, "bidirectional": True, "attention": "luong_dot"},
+    }
     with pytest.raises(SpecError, match="luong_dot scores"):
         load_spec(rnn)
 

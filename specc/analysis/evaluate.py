@@ -1,4 +1,4 @@
-"""Evaluate the catalogue's rules over a graph at concrete sizes: one ``OpCost`` per op, then totals."""
+"""Evaluate the cost rules (``rules.RULES``) over a graph at concrete sizes: one ``OpCost`` per op, then totals."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from ..ir.graph import LayerGraph, Op, dims
-from ..ir.ops import CATALOGUE
-from . import rules  # noqa: F401  (attaches the rules to the catalogue)
 from .costs import Ctx, Flop, Mem
+from .rules import rules_for
 
 # The graph input a generated token enters through, and the length symbol that grows, per task.
 GENERATION = {"causal_lm": ("input_ids", "N"), "seq2seq": ("decoder_input_ids", "N_dec")}
@@ -54,11 +53,10 @@ def evaluate(g: LayerGraph, env: dict[str, int], ctx: Ctx, only: set[str] | None
     for op in g.ops():
         if only is not None and op.name not in only:
             continue
-        opdef = CATALOGUE[op.kind]
-        assert opdef.flops is not None and opdef.memory is not None
+        flops, memory = rules_for(op.kind, op.name)
         ins = [dims(g.shape_of(i), env) for i in op.inputs]
         shape = dims(op.shape, env)
-        out.append(OpCost(op, tuple(opdef.flops(op.attrs, ins, shape, ctx)), opdef.memory(op.attrs, ins, shape, ctx)))
+        out.append(OpCost(op, tuple(flops(op.attrs, ins, shape, ctx)), memory(op.attrs, ins, shape, ctx)))
     return out
 
 

@@ -62,7 +62,7 @@ def generate(
         model = load_checkpoint(spec)
     else:
         model = build_torch(load(spec, sets), weights=weights)
-    if not hasattr(model, "generate"):
+    if getattr(model, "STEP_INPUT", None) is None:
         meta = model.graph.meta
         raise SpecError(
             f"{meta['name']} is a {meta['family']} model ({meta['task']}): nothing to generate",

@@ -178,6 +178,9 @@ def _mlp(c: _Ctx, p: str, x: str, layer: int) -> str:
             hidden=hidden,
             activation=act,
             normalize=m.router.normalize,
+            # Training only (Switch Transformer): router input jitter and the load-balancing loss weight.
+            aux_loss_coef=float(m.router.aux_loss_coef),
+            jitter=float(m.router.jitter),
             bias=s.bias.mlp,
         )
     if isinstance(m, SwiGLUMLP):

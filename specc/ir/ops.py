@@ -1,8 +1,9 @@
 """The op catalogue: for each op kind, its shape rule and parameter rule, written once.
 
-Analyzers attach FLOP and memory rules to the same entries (``OpDef.flops`` / ``OpDef.memory``); backends
-map op kinds to modules / ONNX nodes. Shapes are symbolic tuples: ints, or symbols ``B`` (batch), ``N``
-(source / sequence length), ``N_dec`` (decoder length).
+The other tables keyed by op kind live with their users and never write here: the FLOP and memory rules
+(``specc.analysis.rules.RULES``), the torch layers and the ONNX emitters (``specc.backends.*``); one test
+(tests/test_registries.py) asserts that all of them cover the same kinds. Shapes are symbolic tuples: ints, or
+symbols ``B`` (batch), ``N`` (source / sequence length), ``N_dec`` (decoder length).
 
 Conventions every backend follows:
 - ``linear`` weights are ``[out, in]`` (PyTorch ``nn.Linear``); ``tied_to`` names another op's parameter
@@ -14,7 +15,11 @@ Conventions every backend follows:
   ``prefix`` positions see each other, the rest are causal). ``rope_dims`` > 0 rotates the first
   ``rope_dims`` dims of each q/k head (GPT-NeoX half-split convention) with base ``rope_theta``.
 - ``moe`` expert weights are ``[E, out, in]``; gates are softmax over router logits, top-``active``,
-  renormalised when ``normalize``.
+  renormalised when ``normalize``. Two attributes act in training only (Switch Transformer, Fedus 2021):
+  ``jitter`` multiplies the router input by noise drawn from U(1 - jitter, 1 + jitter) (0: off), and
+  ``aux_loss_coef`` weighs the load-balancing loss ``coef · E · Σ_e f_e · P_e``, where ``f_e`` is the fraction
+  of the top-``active`` assignments that go to expert ``e`` (assignments to e / (T · active), T tokens) and
+  ``P_e`` is the mean router probability of ``e`` over the T tokens.
 """
 
 from __future__ import annotations
@@ -34,15 +39,12 @@ class ParamSpec:
     init: str = "normal"  # normal (std) | residual (std / sqrt(2·layers)) | zeros | ones | rnn (U(±1/√H))
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpDef:
     kind: str
     doc: str
     shape: Callable[[Attrs, list[Shape]], Shape]
     params: Callable[[Attrs, list[Shape]], dict[str, ParamSpec]] | None = None
-    # Filled in by the analysis rules: (attrs, concrete input shapes, concrete output shape) → costs.
-    flops: Callable[..., Any] | None = None
-    memory: Callable[..., Any] | None = None
 
 
 CATALOGUE: dict[str, OpDef] = {}
@@ -186,7 +188,10 @@ def _moe_params(a: Attrs, s: list[Shape]) -> dict[str, ParamSpec]:
 
 _op(
     "moe",
-    "mixture of experts: inputs [x, router_logits]; each token goes to its top-`active` experts",
+    "mixture of experts: inputs [x, router_logits]; each token goes to its top-`active` experts. Training "
+    "only: `jitter` multiplies the router input by U(1-jitter, 1+jitter); the load-balancing loss is "
+    "`aux_loss_coef` · E · Σ_e f_e · P_e, f_e = fraction of the top-`active` assignments routed to expert e "
+    "(assignments to e / (T·active)), P_e = mean router probability of e",
     _same,
     _moe_params,
 )

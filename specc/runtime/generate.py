@@ -1,5 +1,9 @@
 """Greedy decoding over exported graphs: the KV-cache graph (one new token per call), a cache-less graph
-(recompute the whole context), or the RNN encoder + one-step decoder pair."""
+(recompute the whole context), or the RNN encoder + one-step decoder pair.
+
+Decoder-only batches may be left-padded (``attention_mask`` 0 on the left): every call gets the mask of all
+tokens so far and, when the graph takes them, the new tokens' ``position_ids`` (HF's count: a padded row
+generates what it would alone). Seq2seq decoders start every row at the start token (never padded)."""
 
 from __future__ import annotations
 
@@ -29,7 +33,6 @@ def greedy(
     if model.role == "encoder":
         return _rnn(model, feeds, max_new, start_id, eos_id, on_token)
     if family == "decoder":
-        _fits(model, feeds["input_ids"].shape[1] + max_new - 1)
         return _decoder(model, feeds, max_new, eos_id, on_token)
     if family == "encoder_decoder":
         _fits(model, max_new)
@@ -80,16 +83,32 @@ def _presents(out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {f"past_key_values.{k[len('present.') :]}": v for k, v in out.items() if k.startswith("present.")}
 
 
+def mask_positions(mask: np.ndarray) -> np.ndarray:
+    """Positions of a (left-)padded batch as HF's generate counts them: cumsum(mask) - 1, padded slots 1 (the
+    rule the exported graph applies when no ``position_ids`` are fed)."""
+    mask = np.asarray(mask).astype(np.int64, copy=False)
+    return np.where(mask != 0, np.cumsum(mask, 1) - 1, 1)
+
+
 def _decoder(model: OrtModel, feeds: dict[str, np.ndarray], max_new: int, eos_id: int | None, on_token: OnToken | None):
     ids = feeds["input_ids"]
     batch = ids.shape[0]
     mask = feeds.get("attention_mask")
-    has_mask = "attention_mask" in {s.name for s in model.inputs()}
+    takes = {s.name for s in model.inputs()}
+    has_mask, has_pos = "attention_mask" in takes, "position_ids" in takes
     if mask is None:
         mask = np.ones(ids.shape, np.int64)
+    # positions of every token so far [B, total]: the fed ones, else from the mask; each new token is its
+    # row's last position + 1 (so a left-padded row counts from its first real token, as it would alone)
+    derived = mask_positions(mask)[:, -ids.shape[1] :]
+    pos = feeds.get("position_ids")
+    pos = derived if pos is None else np.where(pos < 0, derived, pos)  # negative: derive, as the graph does
+    _fits(model, int(pos.max(initial=0)) + max_new)
     stop = _Stopper(batch, eos_id, on_token)
     cached = model.kv_cache
     step = {"input_ids": ids, **({"attention_mask": mask} if has_mask else {})}
+    if has_pos:
+        step["position_ids"] = pos
     if cached:
         step.update(_empty_past(model, batch))
     for _ in range(max_new):
@@ -98,6 +117,7 @@ def _decoder(model: OrtModel, feeds: dict[str, np.ndarray], max_new: int, eos_id
         if stop.finished or len(stop.tokens) == max_new:
             break
         mask = np.concatenate([mask, np.ones((batch, 1), mask.dtype)], 1)
+        pos = np.concatenate([pos, pos[:, -1:] + 1], 1)
         if cached:
             step = {"input_ids": nxt[:, None], **_presents(out)}
         else:
@@ -105,6 +125,8 @@ def _decoder(model: OrtModel, feeds: dict[str, np.ndarray], max_new: int, eos_id
             step = {"input_ids": ids}
         if has_mask:
             step["attention_mask"] = mask
+        if has_pos:
+            step["position_ids"] = pos[:, -step["input_ids"].shape[1] :]
     return stop.result()
 
 

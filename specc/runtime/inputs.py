@@ -108,7 +108,7 @@ def check(model: OrtModel, feeds: dict[str, np.ndarray], role: str | None = None
     unknown = sorted(set(feeds) - set(specs))
     if unknown:
         raise SpecError(f"the model has no input named {unknown[0]!r}; its inputs: {', '.join(specs)}")
-    missing = [n for n in specs if n not in feeds]
+    missing = [n for n, s in specs.items() if n not in feeds and not s.optional]
     if missing:
         raise SpecError(f"missing input {missing[0]!r}; the model takes: {', '.join(specs)}")
     out: dict[str, np.ndarray] = {}
@@ -129,12 +129,20 @@ def _check_agree(model: OrtModel, feeds: dict[str, np.ndarray]) -> None:
         return
     past = feeds.get("past_key_values.0.key")  # decoder-only: the mask spans past + new tokens
     cached = past.shape[2] if past is not None and past.ndim == 4 and "decoder_input_ids" not in feeds else 0
-    expect = {"token_type_ids": ids.shape, "attention_mask": (ids.shape[0], ids.shape[1] + cached)}
+    expect = {
+        "token_type_ids": ids.shape,
+        "position_ids": ids.shape,
+        "attention_mask": (ids.shape[0], ids.shape[1] + cached),
+    }
     for name, shape in expect.items():
         if name in feeds and feeds[name].shape != tuple(shape):
             raise SpecError(
                 f"input {name} has shape {list(feeds[name].shape)}, expected {list(shape)} to match input_ids"
             )
+    pos = feeds.get("position_ids")
+    if limit and pos is not None and pos.size and int(pos.max()) >= limit:
+        top = int(pos.max())
+        raise SpecError(f"position_ids holds {top}; the model has {limit} learned positions (0..{limit - 1})")
 
 
 def _check_one(model: OrtModel, spec: IOSpec, value: np.ndarray) -> np.ndarray:

@@ -29,6 +29,7 @@ class IOSpec:
     dtype: Any  # numpy dtype (None for types numpy lacks, e.g. bfloat16)
     type_name: str
     shape: tuple[int | str | None, ...]
+    optional: bool = False  # an input with a default value (onnxruntime's overridable initializer)
 
 
 @dataclass
@@ -101,8 +102,15 @@ class OrtModel:
         return self.ir_meta.get("max_positions")
 
     def inputs(self, role: str | None = None) -> list[IOSpec]:
+        """Required inputs, then the optional ones (``position_ids``: onnxruntime lists an input with a default
+        value among the overridable initializers, not the inputs)."""
         sess = self.sessions[role] if role else self.main
-        return [IOSpec(i.name, ORT_TYPES.get(i.type), i.type, tuple(i.shape)) for i in sess.get_inputs()]
+        required = [IOSpec(i.name, ORT_TYPES.get(i.type), i.type, tuple(i.shape)) for i in sess.get_inputs()]
+        optional = [
+            IOSpec(i.name, ORT_TYPES.get(i.type), i.type, tuple(i.shape), optional=True)
+            for i in sess.get_overridable_initializers()
+        ]
+        return required + optional
 
     def outputs(self, role: str | None = None) -> list[str]:
         sess = self.sessions[role] if role else self.main

@@ -12,6 +12,7 @@ from typing import Any
 from . import resolve
 from .schema import (
     MAX_WIDTH,
+    DecoderSpec,
     EncoderDecoderSpec,
     MoEMLP,
     RNNSeq2SeqSpec,
@@ -81,6 +82,13 @@ def _attention(spec: _Transformer) -> Any:
             f"heads {a.heads} is not divisible by kv_heads {kv}",
             "each K/V head serves a whole group of query heads: pick kv_heads dividing heads (1 = MQA)",
             also=(("attention", "heads"),),
+        )
+    if a.mask == "padding" and isinstance(spec, DecoderSpec):
+        yield Violation(
+            ("attention", "mask"),
+            "attention.mask padding is refused on a decoder: it would make the decoder bidirectional",
+            "decoders are causal, and padding is applied whenever attention_mask is passed at run time: "
+            "use mask: causal",
         )
     if mask == "sliding_window" and a.window is None:
         yield Violation(("attention", "mask"), "mask sliding_window needs attention.window", "add window: 4096")
@@ -177,8 +185,11 @@ def _vit(spec: ViTSpec) -> Any:
     if spec.head == "classifier" and spec.classes is None:
         yield Violation(("classes",), "a ViT classifier needs classes", "add classes: 1000, or set head: pooled | none")
     if spec.head != "classifier" and spec.classes is not None:
-        yield Violation(("classes",), f"classes is only used by head: classifier (head is {spec.head})",
-                        "remove classes or set head: classifier")
+        yield Violation(
+            ("classes",),
+            f"classes is only used by head: classifier (head is {spec.head})",
+            "remove classes or set head: classifier",
+        )
     if resolve.mask(spec) in ("causal", "sliding_window", "prefix"):
         yield Violation(
             ("attention", "mask"),

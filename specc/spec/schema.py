@@ -116,8 +116,20 @@ class SwiGLUMLP(_Strict):
 
 class Router(_Strict):
     normalize: SBool = Field(True, description="renormalise the top-A gate weights to sum to 1")
-    aux_loss_coef: float = Field(0.01, ge=0.0, description="load-balancing loss weight (training)")
-    jitter: float = Field(0.0, ge=0.0, lt=1.0, description="multiplicative input jitter (training)")
+    aux_loss_coef: float = Field(
+        0.01,
+        ge=0.0,
+        description="training only: weight of the Switch Transformer load-balancing loss coef · E · Σ_e f_e · P_e, "
+        "f_e = fraction of tokens routed to expert e (top-A assignments to e / (T·A)), P_e = mean router "
+        "probability of e; 0: no loss",
+    )
+    jitter: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="training only: multiply the router input by U(1-jitter, 1+jitter) noise (Switch Transformer); "
+        "0: off",
+    )
 
 
 class MoEMLP(_Strict):

@@ -173,7 +173,10 @@ def train_step(run: Run) -> tuple[float, float]:
         logits = M.lm_logits(run.model, x.to(dev))
         labels, ignore = y.to(dev), -100
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=ignore)
-    value = float(loss.detach())
+    value = float(loss.detach())  # reported: the task loss alone
+    aux = run.model.aux_loss()  # MoE load balancing (mlp.router.aux_loss_coef), from this training forward
+    if aux is not None:
+        loss = loss + aux
     if not math.isfinite(value):
         raise SpecError(f"loss became {value} at step {run.step}", hint="lower --lr")
     run.optimizer.zero_grad(set_to_none=True)

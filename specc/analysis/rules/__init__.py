@@ -1,24 +1,34 @@
-"""FLOP and memory rules, attached to the op catalogue's entries (``OpDef.flops`` / ``OpDef.memory``) at import.
+"""FLOP and memory rules, one table keyed by op kind: ``RULES[kind] = (flop_rule, memory_rule)``.
 
-Each rule is ``(attrs, concrete input shapes, concrete output shape, ctx) → list[Flop] | Mem``; see
-``specc.analysis.costs`` for the records and ``specc.analysis.constants`` for the per-element constants.
+The table is the analyzer's own: it reads the op catalogue (``specc.ir.ops.CATALOGUE``) but never writes it,
+and tests/test_registries.py asserts that both cover the same op kinds. Each rule is ``(attrs, concrete input
+shapes, concrete output shape, ctx) → list[Flop] | Mem``; see ``specc.analysis.costs`` for the records and
+``specc.analysis.constants`` for the per-element constants.
 """
 
 from __future__ import annotations
 
-from ...ir.ops import CATALOGUE
 from . import attention, moe, per_token, recurrent, tokens
+from .common import FlopRule, MemRule
 
-RULES = {**tokens.RULES, **per_token.RULES, **attention.RULES, **moe.RULES, **recurrent.RULES}
-
-
-def attach() -> None:
-    missing = sorted(set(CATALOGUE) - set(RULES))
-    if missing:
-        raise RuntimeError(f"ops without cost rules: {', '.join(missing)}")
-    for kind, (flops, memory) in RULES.items():
-        CATALOGUE[kind].flops = flops
-        CATALOGUE[kind].memory = memory
+RULES: dict[str, tuple[FlopRule, MemRule]] = {
+    **tokens.RULES,
+    **per_token.RULES,
+    **attention.RULES,
+    **moe.RULES,
+    **recurrent.RULES,
+}
 
 
-attach()
+def rules_for(kind: str, name: str | None = None) -> tuple[FlopRule, MemRule]:
+    """The (FLOP rule, memory rule) of an op kind; a clear error for a kind the table lacks."""
+    try:
+        return RULES[kind]
+    except KeyError:
+        where = f" ({name})" if name else ""
+        raise NotImplementedError(
+            f"no cost rule for op kind {kind!r}{where}: add (flops, memory) rules for it to specc.analysis.rules.RULES"
+        ) from None
+
+
+__all__ = ["RULES", "FlopRule", "MemRule", "rules_for"]

@@ -1,4 +1,9 @@
-"""Rules of the mixture-of-experts op: each token runs through its top-``active`` experts only."""
+"""Rules of the mixture-of-experts op: each token runs through its top-``active`` experts only.
+
+The attributes ``jitter`` (router-input noise) and ``aux_loss_coef`` (load-balancing loss) are ignored on
+purpose: both act in training only and cost O(T·E) elementwise work (one multiply per router input element;
+a mean over tokens of the router probabilities and assignments), negligible next to the experts' matmuls.
+"""
 
 from __future__ import annotations
 

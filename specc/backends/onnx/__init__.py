@@ -8,6 +8,7 @@ Layout of the package (one job per file):
 - ``ops_embed``        embeddings, positions (learned / sinusoidal / 2-D), patches, class token
 - ``ops_dense``        norms, linear, activations, GLU, residual add, pooling
 - ``ops_attention``    the fused attention node (ai.onnx ``Attention`` or com.microsoft MHA / GQA), RoPE
+- ``positions``        position ids per stack: past + arange, or following attention_mask (HF), or fed
 - ``masks``            padding / sliding-window / prefix masks, built once per stack
 - ``ops_moe``          mixture of experts
 - ``ops_rnn``          recurrent encoder (ONNX GRU / LSTM / RNN nodes)
@@ -18,7 +19,9 @@ Layout of the package (one job per file):
 - ``save``             metadata, checker, atomic save, external data over 2 GB
 
 I/O names: inputs ``input_ids``, ``attention_mask`` (1 = token), ``token_type_ids``, ``pixel_values``,
-``decoder_input_ids``, ``past_key_values.{i}.key|value``; outputs ``logits`` (``last_hidden_state``,
-``pooler_output`` for encoders), ``present.{i}.key|value``. Axes ``batch``, ``sequence``,
+``decoder_input_ids``, ``past_key_values.{i}.key|value``, and for decoder-only models an optional
+``position_ids`` [batch, sequence] (an overridable initializer; by default positions follow attention_mask as
+HF's generate counts them, so left-padded batches work: see positions.py); outputs ``logits``
+(``last_hidden_state``, ``pooler_output`` for encoders), ``present.{i}.key|value``. Axes ``batch``, ``sequence``,
 ``decoder_sequence``, ``past_sequence``, ``total_sequence`` are dynamic.
 """

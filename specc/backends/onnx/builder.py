@@ -79,6 +79,7 @@ class GraphBuilder:
     values: dict[str, str] = field(default_factory=dict)
     memo: dict[Any, Any] = field(default_factory=dict)  # shared subgraphs: masks, positions, transposed weights
     cache: Any = None  # kv_cache.KVCache when the graph takes past_key_values
+    positions: Any = None  # positions.PositionPlan when a stack's positions follow its padding mask
     _names: set[str] = field(default_factory=set)
     _consts: dict[tuple[bytes, int, tuple[int, ...]], str] = field(default_factory=dict)
     uses_contrib: bool = False

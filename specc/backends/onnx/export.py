@@ -51,7 +51,8 @@ def export_onnx(
     initialisation. ``dtype``: fp32 | fp16 | bf16 (default the spec's). ``attention``: ``standard`` (ai.onnx
     Attention, opset 23/24) or ``contrib`` (com.microsoft MultiHeadAttention / GroupQueryAttention).
     ``kv_cache``: ``past_key_values.{i}.key|value`` inputs → ``present.{i}.key|value`` outputs.
-    ``padding_mask=False`` drops the ``attention_mask`` input (all tokens valid).
+    ``padding_mask=False`` drops the ``attention_mask`` input (all tokens valid). Decoder-only graphs also take
+    an optional ``position_ids`` input; by default their positions follow ``attention_mask`` (positions.py).
     """
     from ...spec.loader import load_spec
 

@@ -13,6 +13,8 @@ from .builder import ExportOptions, GraphBuilder, symbolic
 from .emit import emit_ops
 from .kv_cache import KVCache
 from .ops_attention import check_contrib
+from .positions import add_input as add_position_ids
+from .positions import plan as plan_positions
 
 
 def validate(g: LayerGraph, opts: ExportOptions) -> None:
@@ -37,6 +39,8 @@ def build_transformer(g: LayerGraph, weights: Mapping[str, np.ndarray], opts: Ex
         elem = TensorProto.INT64 if inp.dtype == "int64" else b.ftype
         dims = symbolic(inp.shape, {1: "total_sequence"} if inp.name == "attention_mask" and cached_pad else None)
         b.values[inp.name] = b.add_input(inp.name, elem, dims)
+    b.positions = plan_positions(g)
+    add_position_ids(b)
     if cache is not None:
         b.cache = cache
         cache.add_inputs(b)

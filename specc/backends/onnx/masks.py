@@ -4,6 +4,8 @@ A boolean ``keep`` mask broadcastable to ``[B, 1, N_q, N_k]`` (True = attend) is
 padding mask ``[B, 1, 1, N_k]`` from ``attention_mask`` (1 = keep) and the structural mask ``[N_q, N_k]``
 for sliding-window and prefix attention. Plain causal masks are never materialised: the standard op's
 ``is_causal`` (bottom-right aligned with a KV cache) and the contrib ops' built-in causality express them.
+Structure is by index (a left-padded row's tokens keep their distances), except the prefix, which counts each
+row's own positions when they follow the padding mask (positions.py).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numpy as np
 
 from ...ir.graph import Op
 from .builder import GraphBuilder
-from .kv_cache import offset
+from .positions import follows_mask, mask_positions, span
 
 
 def padding_keep(b: GraphBuilder, pad: str) -> str:
@@ -25,19 +27,9 @@ def padding_keep(b: GraphBuilder, pad: str) -> str:
     return b.memo[key]
 
 
-def positions(b: GraphBuilder, x: str, stack: str | None) -> tuple[str, str]:
-    """Absolute positions of a stack's new tokens: (start, end) scalars, start = past length. ``x`` is any
-    [B, N, ·] tensor of the stack; every layer of a stack shares the result."""
-    key = ("span", stack)
-    if key not in b.memo:
-        start = offset(b, stack)
-        end = b.op("Add", [start, b.scalar_dim(x, 1)], scope="positions")
-        b.memo[key] = (start, end)
-    return b.memo[key]
-
-
 def structural_keep(b: GraphBuilder, op: Op, q: str) -> str | None:
-    """Bool [N_q, N_k] for sliding_window / prefix self-attention; None for none / padding / causal."""
+    """Bool [N_q, N_k] for sliding_window / prefix self-attention ([B, 1, N_q, N_k] for a prefix counted in
+    positions that follow the padding mask); None for none / padding / causal."""
     a = op.attrs
     kind = a["mask"]
     if kind in ("none", "padding", "causal"):
@@ -45,7 +37,7 @@ def structural_keep(b: GraphBuilder, op: Op, q: str) -> str | None:
     key = ("struct", kind, a.get("window"), a.get("prefix"), op.stack)
     if key in b.memo:
         return b.memo[key]
-    start, end = positions(b, q, op.stack)
+    start, end = span(b, q, op.stack)
     one, zero = b.scalar_i64(1), b.scalar_i64(0)
     qpos = b.op("Unsqueeze", [b.op("Range", [start, end, one], scope="mask"), b.i64(1)], scope="mask")  # [Nq, 1]
     kpos = b.op("Unsqueeze", [b.op("Range", [zero, end, one], scope="mask"), b.i64(0)], scope="mask")  # [1, Nk]
@@ -55,7 +47,12 @@ def structural_keep(b: GraphBuilder, op: Op, q: str) -> str | None:
         low = b.op("Sub", [qpos, b.const(np.array(int(a["window"]), np.int64), "window")], scope="mask")
         keep = b.op("And", [causal, b.op("Greater", [kpos, low], scope="mask")], scope="mask")
     elif kind == "prefix":
-        # the first `prefix` positions see each other (and every later position sees them); the rest are causal
+        # the first `prefix` positions see each other (and every later position sees them); the rest are causal.
+        # When positions follow the padding mask they are each row's own (a left-padded row's prefix starts at
+        # its first token): [B, 1, N_q, N_k].
+        mask = follows_mask(b, op.stack)
+        if mask:
+            kpos = b.op("Unsqueeze", [mask_positions(b, mask), b.i64(1, 2)], scope="mask")  # [B, 1, 1, Nk]
         in_prefix = b.op("Less", [kpos, b.const(np.array(int(a["prefix"]), np.int64), "prefix")], scope="mask")
         keep = b.op("Or", [causal, in_prefix], scope="mask")
     else:

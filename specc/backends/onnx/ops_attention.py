@@ -1,10 +1,12 @@
 """The attention core → exactly one fused node: ai.onnx ``Attention`` or com.microsoft MHA / GQA.
 
 All variants take 3-D ``[B, N, heads·head_dim]`` Q/K/V split off the packed projection (no transposes),
-RoPE applied beforehand by the opset-23 ``RotaryEmbedding`` op, and the KV cache as ``[B, kv_heads, N, D]``.
+RoPE applied beforehand by the opset-23 ``RotaryEmbedding`` op (cos / sin at each row's position ids), and
+the KV cache as ``[B, kv_heads, N, D]``.
 
 Masks (see masks.py): causal → ``is_causal=1`` (standard, bottom-right aligned with a cache) /
-``unidirectional=1`` (MHA) / intrinsic (GQA); sliding_window and prefix → a bool [N_q, N_k] mask; padding →
+``unidirectional=1`` (MHA) / intrinsic (GQA); sliding_window and prefix → a bool [N_q, N_k] mask (prefix:
+[B, 1, N_q, N_k] when positions follow the padding mask); padding →
 bool [B, 1, N_q, N_k] from ``attention_mask``, and'ed with the structural mask; the contrib ops take the same
 as an additive ``attention_bias``. GQA / MQA: the standard op takes ``kv_num_heads`` < ``q_num_heads``
 directly; contrib uses GroupQueryAttention (always causal). The scale is the ``scale`` attribute.
@@ -16,7 +18,8 @@ from ...errors import SpecError
 from ...ir.graph import Op
 from .builder import CONTRIB, GraphBuilder, symbolic
 from .emit import emits
-from .masks import additive, combined_keep, positions
+from .masks import additive, combined_keep
+from .positions import position_ids, span
 from .tables import angles, rope_inv_freq, to_model_dtype
 
 
@@ -81,7 +84,7 @@ def _contrib(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: 
         )
     else:
         check_contrib(op)
-        _, end = positions(b, q, op.stack)
+        _, end = span(b, q, op.stack)
         total = b.op("Cast", [end], scope=op.name, to=6)  # int32 scalar
         batch = b.dim(q, 0)
         seqlens = b.op("Expand", [b.op("Sub", [total, b.const(1, "one_i32", "int32")], scope=op.name), batch])
@@ -115,20 +118,20 @@ def check_contrib(op: Op) -> None:
 
 
 def rope(b: GraphBuilder, op: Op, x: str, heads: int, source: str) -> str:
-    """Rotate the first ``rope_dims`` dims of each head (GPT-NeoX half split) at positions past + arange(N).
-    cos / sin [B, N, rope_dims / 2] are computed in-graph for this call's positions (fp32, as the torch
-    backend does), so there is no table and no length limit."""
+    """Rotate the first ``rope_dims`` dims of each head (GPT-NeoX half split) at this call's position ids
+    (past + arange(N), or following attention_mask: see positions.py). cos / sin [B, N, rope_dims / 2] are
+    computed in-graph from them (fp32, as the torch backend does), so there is no table and no length limit."""
     a = op.attrs
     dims, theta = a["rope_dims"], float(a["rope_theta"])
     key = ("rope", op.stack, dims, theta)
     if key not in b.memo:
-        start, end = positions(b, source, op.stack)
-        ang = angles(b, start, end, rope_inv_freq(dims, theta), "rope")  # [N, dims / 2]
+        pos = position_ids(b, source, op.stack)  # [B or 1, N]
+        ang = angles(b, pos, rope_inv_freq(dims, theta), "rope")  # [B or 1, N, dims / 2]
         batch = b.op("Concat", [b.dim(source, 0), b.i64(1, 1)], scope="rope", axis=0)  # [B, 1, 1]
         tables = []
         for fn in ("Cos", "Sin"):
             t = to_model_dtype(b, b.op(fn, [ang], scope="rope"), "rope")
-            tables.append(b.op("Expand", [b.op("Unsqueeze", [t, b.i64(0)], scope="rope"), batch], scope="rope"))
+            tables.append(b.op("Expand", [t, batch], scope="rope"))
         b.memo[key] = tuple(tables)
     cos, sin = b.memo[key]
     return b.op(

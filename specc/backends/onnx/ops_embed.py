@@ -7,8 +7,7 @@ import numpy as np
 from ...ir.graph import Op
 from .builder import GraphBuilder
 from .emit import emits
-from .kv_cache import offset
-from .masks import positions
+from .positions import position_ids
 from .tables import sinusoid_2d, sinusoid_rows
 
 
@@ -28,26 +27,18 @@ def make_type_embedding(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     return b.op("Add", [x, b.op("Gather", [b.param(f"{op.name}.weight"), types], scope=op.name)], scope=op.name)
 
 
-def _rows(b: GraphBuilder, table: str, x: str, op: Op) -> str:
-    """``table[offset : offset + N]`` for the N tokens of ``x`` (offset = past length while generating)."""
-    start = offset(b, op.stack)
-    n = b.scalar_dim(x, 1)
-    end = b.op("Add", [start, n], scope=op.name)
-    starts = b.op("Unsqueeze", [start, b.i64(0)], scope=op.name)
-    ends = b.op("Unsqueeze", [end, b.i64(0)], scope=op.name)
-    return b.op("Slice", [table, starts, ends, b.i64(0)], scope=op.name)
-
-
 @emits("learned_pos")
 def make_learned_pos(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    return b.op("Add", [xs[0], _rows(b, b.param(f"{op.name}.weight"), xs[0], op)], scope=op.name)
+    # table rows at this call's position ids [B or 1, N] (past length + arange, or following attention_mask)
+    rows = b.op("Gather", [b.param(f"{op.name}.weight"), position_ids(b, xs[0], op.stack)], scope=op.name, axis=0)
+    return b.op("Add", [xs[0], rows], scope=op.name)
 
 
 @emits("sinusoidal_pos")
 def make_sinusoidal_pos(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    # computed in-graph for positions offset..offset+N: no table, no length limit
-    start, end = positions(b, xs[0], op.stack)
-    return b.op("Add", [xs[0], sinusoid_rows(b, start, end, op.attrs["dim"], op.name)], scope=op.name)
+    # computed in-graph for this call's position ids: no table, no length limit
+    table = sinusoid_rows(b, position_ids(b, xs[0], op.stack), op.attrs["dim"], op.name)
+    return b.op("Add", [xs[0], table], scope=op.name)
 
 
 @emits("sinusoidal_pos_2d")

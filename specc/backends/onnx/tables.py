@@ -1,6 +1,6 @@
 """Position encodings computed exactly as the torch backend computes them (fp32, same formulas), so the two
-backends agree to the last bit on the angles. 1-D tables are built in-graph from the positions of each call
-(no table, no length limit); only the fixed 2-D ViT table is a constant."""
+backends agree to the last bit on the angles. 1-D tables are built in-graph from the position ids of each call
+([B or 1, N], see positions.py: no table, no length limit); only the fixed 2-D ViT table is a constant."""
 
 from __future__ import annotations
 
@@ -39,10 +39,9 @@ def sinusoid_2d(grid: int, dim: int, cls: bool) -> np.ndarray:
     return pos.numpy()
 
 
-def angles(b: GraphBuilder, start: str, end: str, inv: np.ndarray, scope: str) -> str:
-    """fp32 [N, len(inv)]: (start + arange(end - start)) ⊗ inv."""
-    pos = b.op("Cast", [b.op("Range", [start, end, b.scalar_i64(1)], scope=scope)], scope=scope, to=FLOAT)
-    pos = b.op("Unsqueeze", [pos, b.i64(1)], scope=scope)
+def angles(b: GraphBuilder, pos: str, inv: np.ndarray, scope: str) -> str:
+    """fp32 [..., N, len(inv)]: int64 positions [..., N] ⊗ inv."""
+    pos = b.op("Unsqueeze", [b.op("Cast", [pos], scope=scope, to=FLOAT), b.i64(-1)], scope=scope)
     return b.op("Mul", [pos, b.const(inv, f"{scope}_inv_freq", np.float32)], scope=scope)
 
 
@@ -50,13 +49,13 @@ def to_model_dtype(b: GraphBuilder, x: str, scope: str) -> str:
     return x if b.opts.dtype == "fp32" else b.op("Cast", [x], scope=scope, to=b.ftype)
 
 
-def sinusoid_rows(b: GraphBuilder, start: str, end: str, dim: int, scope: str) -> str:
-    """[N, dim] sinusoids for positions start..end-1: sin and cos interleaved (PE[p, 2i], PE[p, 2i+1])."""
-    a = angles(b, start, end, sinusoid_inv_freq(dim), scope)
+def sinusoid_rows(b: GraphBuilder, pos: str, dim: int, scope: str) -> str:
+    """[..., N, dim] sinusoids for int64 positions [..., N]: sin and cos interleaved (PE[p, 2i], PE[p, 2i+1])."""
+    a = angles(b, pos, sinusoid_inv_freq(dim), scope)
     sin = b.op("Unsqueeze", [b.op("Sin", [a], scope=scope), b.i64(-1)], scope=scope)
     cos = b.op("Unsqueeze", [b.op("Cos", [a], scope=scope), b.i64(-1)], scope=scope)
-    both = b.op("Concat", [sin, cos], scope=scope, axis=-1)  # [N, ceil(dim/2), 2]
-    table = b.op("Reshape", [both, b.i64(0, -1)], scope=scope)
+    both = b.op("Concat", [sin, cos], scope=scope, axis=-1)  # [..., N, ceil(dim/2), 2]
+    table = b.op("Reshape", [both, b.i64(0, 0, -1)], scope=scope)  # positions are [B or 1, N]
     if dim % 2:
-        table = b.op("Slice", [table, b.i64(0), b.i64(dim), b.i64(1)], scope=scope)
+        table = b.op("Slice", [table, b.i64(0), b.i64(dim), b.i64(-1)], scope=scope)
     return to_model_dtype(b, table, scope)

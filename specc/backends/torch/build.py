@@ -1,8 +1,9 @@
-"""build_torch: spec → layer graph → runtime ``Model``, refusing what will not fit and checking weights by name."""
+"""build_torch: spec → layer graph → generated module classes → a model, refusing what will not fit."""
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import torch
@@ -10,9 +11,13 @@ import torch
 from ...errors import SpecError
 from ...ir.graph import LayerGraph
 from ...ir.lower import lower
-from . import runtime
+from .layers import Model
+from .layers.model import init_rule
 from .memory import check_fits
+from .source import model_class
 from .weights import read_weights
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
 
 
 def as_graph(spec: Any) -> LayerGraph:
@@ -26,30 +31,13 @@ def as_graph(spec: Any) -> LayerGraph:
     return lower(spec)
 
 
-def graph_data(graph: LayerGraph) -> runtime.Graph:
-    """The IR as the plain data the runtime (and a standalone model.py) executes."""
-    ops = [
-        runtime.Op(
-            op.name,
-            op.kind,
-            tuple(op.inputs),
-            dict(op.attrs),
-            {local: (tuple(p.shape), p.init) for local, p in op.params.items()},
-            op.stack,
-        )
-        for op in graph.ops()
-    ]
-    inputs = {name: (tuple(i.shape), i.dtype, i.optional) for name, i in graph.inputs.items()}
-    return runtime.Graph(dict(graph.meta), inputs, dict(graph.outputs), ops)
-
-
 def torch_dtype(dtype: str | torch.dtype | None, graph: LayerGraph) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
     name = dtype or graph.meta.get("dtype", "fp32")
-    if name not in runtime.DTYPES:
-        raise SpecError(f"unknown dtype {name!r}", hint=f"use one of {', '.join(runtime.DTYPES)}")
-    return runtime.DTYPES[name]
+    if name not in DTYPES:
+        raise SpecError(f"unknown dtype {name!r}", hint=f"use one of {', '.join(DTYPES)}")
+    return DTYPES[name]
 
 
 def build_torch(
@@ -57,35 +45,70 @@ def build_torch(
     weights: str | os.PathLike[str] | dict[str, torch.Tensor] | None = None,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
-) -> runtime.Model:
-    """``nn.Module`` for a spec (or LayerGraph); state_dict keys equal the IR parameter names.
+) -> Model:
+    """``nn.Module`` for a spec (or LayerGraph), from Python source generated off the layer graph.
 
-    The model is built on the meta device first; its parameter bytes are compared with the memory available
-    on ``device`` and a model that does not fit is refused with a SpecError before anything is allocated.
-    ``weights``: a .safetensors path (specc names, or a ``specc compile --target torch`` checkpoint) or a dict
-    of tensors; names pass through ``specc.interop.names.to_specc_names``. Without weights the parameters are
-    initialised from the spec's seed. ``dtype`` defaults to the spec's; ``device`` to the CPU. Returned in eval
-    mode.
+    The module tree is the scope tree (``blocks.3.attn.qkv`` is an ``nn.Linear``) and state_dict keys are the
+    IR parameter names. The model is built on the meta device first; its parameter bytes are compared with
+    the memory available on ``device`` and a model that does not fit is refused with a SpecError before
+    anything is allocated. ``weights``: a .safetensors path (specc names, or a ``specc compile --target
+    torch`` checkpoint), a sharded folder or index, or a dict of tensors; names pass through
+    ``specc.interop.names.to_specc_names``. Without weights the parameters are initialised from the spec's
+    seed. ``dtype`` defaults to the spec's; ``device`` to the CPU. Returned in eval mode; ``model.graph`` is
+    the layer graph it came from and ``type(model).SOURCE`` its generated source.
     """
     graph = as_graph(spec)
-    data = graph_data(graph)
+    cls = model_class(graph)
     dt = torch_dtype(dtype, graph)
     dev = torch.device(device or "cpu")
-    skeleton = runtime.create(data, device="meta", dtype=dt)
-    _check_names(skeleton, graph)
-    if dev.type == "meta":
-        return skeleton
-    check_fits(skeleton, dev, graph.meta.get("name", "model"))
-    tensors = None
-    if weights is not None:
-        tensors = read_weights(weights, graph)
-    return runtime.create(data, tensors=tensors, device=dev, dtype=dt)
+    with torch.device("meta"):
+        model = cls().to(dt)
+    _check_against_graph(model, graph)
+    if dev.type != "meta":
+        check_fits(model, dev, graph.meta.get("name", "model"))
+        if weights is not None:
+            tensors = read_weights(weights, graph)
+            model.load_state_dict({k: v.to(device=dev, dtype=dt) for k, v in tensors.items()}, assign=True)
+        else:
+            model.to_empty(device=dev)
+            model.init_weights()
+    model.graph = graph
+    return model.eval()
 
 
-def _check_names(model: torch.nn.Module, graph: LayerGraph) -> None:
-    """The runtime must realise exactly the IR's parameters: anything else is a backend bug."""
+def _check_against_graph(model: torch.nn.Module, graph: LayerGraph) -> None:
+    """The generated module must realise exactly the IR's parameters, initialised by the IR's rules."""
     got = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     want = {k: tuple(p.shape) for k, p in graph.params().items()}
     if got != want:
         diff = sorted(set(got.items()) ^ set(want.items()))
         raise AssertionError(f"torch backend parameters differ from the IR: {diff[:8]}")
+    residual = re.compile(type(model).RESIDUAL)
+    specs = graph.params()
+    for owner_name, owner in model.named_modules():
+        for local, _ in owner.named_parameters(recurse=False):
+            name = f"{owner_name}.{local}" if owner_name else local
+            rule = init_rule(owner, local)
+            if rule == "normal" and residual.match(name):
+                rule = "residual"
+            if rule != specs[name].init:
+                raise AssertionError(f"{name}: generated init rule {rule!r}, the IR says {specs[name].init!r}")
+
+
+def example_inputs(graph: Any, batch: int = 1, length: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random values for the required inputs of a graph (or a built model): ids below the vocabulary, pixels
+    ~ N(0, 1)."""
+    graph = graph.graph if isinstance(graph, torch.nn.Module) else graph
+    gen = torch.Generator().manual_seed(seed)
+    sizes = {"B": batch, "N": length, "N_dec": length}
+    out = {}
+    for name, spec in graph.inputs.items():
+        if spec.optional:
+            continue
+        dims = [sizes[d] if isinstance(d, str) else d for d in spec.shape]
+        if spec.dtype == "int64":
+            vocab = graph.meta.get("target_vocab_size") if name == "decoder_input_ids" else None
+            out[name] = torch.randint(0, vocab or graph.meta["vocab_size"], dims, generator=gen)
+        else:
+            out[name] = torch.randn(dims, generator=gen)
+    return out

@@ -13,8 +13,8 @@ from ... import __version__
 from ...errors import SpecError
 from ...io import atomic_write
 from ...spec.serialize import SPEC_KEY, spec_json
-from .build import build_torch
-from .runtime import DTYPES, Model
+from .build import DTYPES, build_torch
+from .layers import Model
 
 
 def _spec_model(spec: Any) -> Any:

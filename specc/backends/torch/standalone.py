@@ -1,16 +1,16 @@
-"""write_model_py: a standalone, readable model.py that needs torch (and safetensors for weights), not specc.
+"""write_model_py: the generated source as a standalone model.py that needs torch (and safetensors), not specc.
 
-The file is the runtime (runtime.py, verbatim but for its module docstring), the graph as data (one ``Op``
-line per op), and a ``build()`` function. ``build()`` creates the same module with the same state-dict names
-and the same seeded initialisation as ``specc.build_torch``.
+The file holds the layer-library definitions the model uses (nothing else), the generated classes, and a
+``build()`` that creates the same module, with the same state-dict names and the same seeded initialisation,
+as ``specc.build_torch``. It is formatted with ruff when ruff is installed.
 """
 
 from __future__ import annotations
 
 import ast
 import os
-import pprint
-import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,190 +18,179 @@ import torch
 
 from ... import __version__
 from ...io import atomic_write
-from ...spec.serialize import spec_dict
-from . import runtime
-from .build import as_graph, graph_data
+from .build import as_graph
 from .checkpoint import _spec_model, compile_checkpoint
+from .codegen import model_source
+from .layers import FILES
+
+LAYERS = Path(__file__).parent / "layers"
 
 
-def runtime_source() -> str:
-    """runtime.py without its module docstring (model.py has its own)."""
-    text = Path(runtime.__file__).read_text(encoding="utf-8")
-    tree = ast.parse(text)
-    first = tree.body[0]
-    assert isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant), "runtime.py starts with a docstring"
-    return "\n".join(text.splitlines()[first.end_lineno :]).strip() + "\n"
+def _definitions() -> tuple[dict[str, tuple[str, str, set[str]]], dict[str, list[str]]]:
+    """Top-level definitions of the layer library: name → (file, source, names it reads); imports per file."""
+    defs: dict[str, tuple[str, str, set[str]]] = {}
+    imports: dict[str, list[str]] = {}
+    for file in FILES:
+        text = (LAYERS / f"{file}.py").read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        imports[file] = []
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                if not (isinstance(node, ast.ImportFrom) and (node.level or node.module == "__future__")):
+                    imports[file].append(ast.get_source_segment(text, node) or "")
+                continue
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name)]
+            else:
+                continue  # the module docstring
+            reads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            for name in names:
+                defs[name] = (file, _short_docstrings(text, node), reads)
+    return defs, imports
 
 
-BLOCK = re.compile(r"^(?P<prefix>(?:\w+\.)?)blocks\.(?P<i>\d+)\.")
-
-
-def _op_source(op: runtime.Op, name: str, inputs: list[str]) -> str:
-    stack = f", stack={op.stack!r}" if op.stack else ""
-    args = f"({inputs[0]},)" if len(inputs) == 1 else f"({', '.join(inputs)})"
-    return f"Op({name}, {op.kind!r}, {args}, {op.attrs!r}, {op.params!r}{stack}),"
-
-
-class _Blocks:
-    """A run of n identical blocks (``<prefix>blocks.<i>.*``), emitted as one function chained by ``repeat``."""
-
-    def __init__(self, prefix: str, blocks: list[list[runtime.Op]], x: str):
-        self.prefix, self.blocks, self.x = prefix, blocks, x
-
-    @property
-    def function(self) -> str:
-        return f"{self.prefix.rstrip('.')}_block" if self.prefix else "block"
-
-    def _inputs(self, i: int, x: str, op: runtime.Op) -> list[tuple[str, str]]:
-        """Each input as (kind, value): a value of this block, the block input, or a fixed name."""
-        own = f"{self.prefix}blocks.{i}."
-        return [
-            ("own", v[len(own) :]) if v.startswith(own) else ("x", "") if v == x else ("fixed", v) for v in op.inputs
-        ]
-
-    def is_regular(self) -> bool:
-        """True when every block equals block 0 with its index and input substituted."""
-        x, first = self.x, self.blocks[0]
-        for i, ops in enumerate(self.blocks):
-            own = f"{self.prefix}blocks.{i}."
-            if [op.name[len(own) :] for op in ops] != [op.name[len(f"{self.prefix}blocks.0.") :] for op in first]:
-                return False
-            if any(
-                (o.kind, o.attrs, o.params, o.stack) != (f.kind, f.attrs, f.params, f.stack)
-                for o, f in zip(ops, first, strict=True)
-            ):
-                return False
-            template = [self._inputs(0, self.x, op) for op in first]
-            if [self._inputs(i, x, op) for op in ops] != template:
-                return False
-            x = ops[-1].name
-        return True
-
-    def source(self) -> str:
-        lines = [
-            f"def {self.function}(i: int, x: str) -> list[Op]:",
-            f'    """The ops of {self.prefix.replace(".", " ")}block i, reading the value x."""',
-            f'    p = f"{self.prefix}blocks.{{i}}"',
-            "    return [",
-        ]
-        for op in self.blocks[0]:
-            inputs = [
-                f'f"{{p}}.{v}"' if kind == "own" else "x" if kind == "x" else repr(v)
-                for kind, v in self._inputs(0, self.x, op)
-            ]
-            local = op.name[len(f"{self.prefix}blocks.0.") :]
-            lines.append("        " + _op_source(op, f'f"{{p}}.{local}"', inputs))
-        lines.append("    ]")
-        return "\n".join(lines)
-
-
-def _segments(ops: list[runtime.Op]) -> list[runtime.Op | _Blocks]:
-    """The op list with each run of regular repeated blocks folded into one _Blocks."""
-    out: list[runtime.Op | _Blocks] = []
-    i = 0
-    while i < len(ops):
-        match = BLOCK.match(ops[i].name)
-        if not match or match["i"] != "0" or i == 0:
-            out.append(ops[i])
-            i += 1
+def _short_docstrings(text: str, node: ast.stmt) -> str:
+    """A definition's source, its functions' docstrings dropped and its classes' cut to their first sentence:
+    the library's documentation lives in specc; model.py stays short."""
+    lines = text.splitlines()[node.lineno - 1 : node.end_lineno]
+    cut: list[tuple[int, int, list[str]]] = []
+    for sub in ast.walk(node):
+        body = getattr(sub, "body", None)
+        if not isinstance(sub, (ast.ClassDef, ast.FunctionDef)) or not body:
             continue
-        prefix, blocks, j = match["prefix"], [], i
-        while j < len(ops) and ops[j].name.startswith(f"{prefix}blocks.{len(blocks)}."):
-            k = j
-            while k < len(ops) and ops[k].name.startswith(f"{prefix}blocks.{len(blocks)}."):
-                k += 1
-            blocks.append(ops[j:k])
-            j = k
-        run = _Blocks(prefix, blocks, ops[i - 1].name)
-        if run.is_regular():
-            out.append(run)
-            i = j
-        else:
-            out.append(ops[i])
-            i += 1
-    return out
+        doc = body[0]
+        if not (isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
+            continue
+        indent = lines[doc.lineno - node.lineno][: doc.col_offset]
+        keep: list[str] = []
+        if isinstance(sub, ast.ClassDef):
+            first = " ".join(doc.value.value.split()).split(". ")[0].rstrip(".")
+            keep = [f'{indent}"""{first}."""'] if len(indent) + len(first) < 112 else []
+        if len(body) == 1 and not keep:
+            keep = [f"{indent}pass"]
+        cut.append((doc.lineno - node.lineno, (doc.end_lineno or doc.lineno) - node.lineno, keep))
+    for start, end, keep in sorted(cut, reverse=True):
+        lines[start : end + 1] = keep
+    return "\n".join(lines)
 
 
-def _graph_source(graph: runtime.Graph) -> str:
-    segments = _segments(graph.ops)
-    functions = [seg.source() for seg in segments if isinstance(seg, _Blocks)]
-    entries = []
-    for seg in segments:
-        if isinstance(seg, _Blocks):
-            entries.append(f"    *repeat({seg.function}, {len(seg.blocks)}, {seg.x!r}),")
-        else:
-            entries.append("    " + _op_source(seg, repr(seg.name), [repr(v) for v in seg.inputs]))
-    repeat = (
-        "def repeat(block: Callable[[int, str], list[Op]], n: int, x: str) -> list[Op]:\n"
-        '    """n blocks in sequence, each reading the output (last op) of the one before."""\n'
-        "    ops: list[Op] = []\n"
-        "    for i in range(n):\n"
-        "        ops += block(i, x)\n"
-        "        x = ops[-1].name\n"
-        "    return ops\n"
-    )
-    parts = [repeat, *functions] if functions else []
-    ops = "\n".join(entries)
-    header = "    # Op(scope name, kind, inputs, attributes, {local parameter name: (shape, init rule)})"
-    return "\n\n\n".join(parts) + ("\n\n\n" if parts else "") + f"OPS = [\n{header}\n{ops}\n]"
+def _merged_imports(lines: list[str]) -> list[str]:
+    """import lines merged per module and sorted as ruff's isort does: standard library first, then torch."""
+    plain: set[str] = set()
+    froms: dict[str, set[str]] = {}
+    for line in lines:
+        tree = ast.parse(line).body[0]
+        if isinstance(tree, ast.Import):
+            plain.update(f"{a.name} as {a.asname}" if a.asname else a.name for a in tree.names)
+        elif isinstance(tree, ast.ImportFrom) and tree.module:
+            froms.setdefault(tree.module, set()).update(a.name for a in tree.names)
+    def group(torch_part: bool) -> list[str]:
+        mods = sorted({p.split()[0] for p in plain} | set(froms), key=lambda m: m.lower())
+        out = []
+        for m in mods:
+            if m.startswith("torch") != torch_part:
+                continue
+            out += [f"import {p}" for p in sorted(plain) if p.split()[0] == m]
+            if m in froms:
+                out.append(f"from {m} import {', '.join(sorted(froms[m], key=lambda n: (not n[0].isupper(), n)))}")
+        return out
+    return [*group(False), "", *group(True)]
 
 
-def model_source(spec_json: dict[str, Any], graph: runtime.Graph, weights_file: str | None) -> str:
+def library_source(needed: tuple[str, ...]) -> tuple[list[str], str]:
+    """(import lines, definitions) of the library names ``needed`` and everything they read, in file order."""
+    defs, imports = _definitions()
+    want, todo = set(), list(needed)
+    while todo:
+        name = todo.pop()
+        if name in want or name not in defs:
+            continue
+        want.add(name)
+        todo += sorted(defs[name][2])
+    chunks, files, seen = [], [], set()
+    for name, (file, source, _) in defs.items():
+        if name in want and source not in seen:
+            seen.add(source)
+            if file not in files:
+                files.append(file)
+                chunks.append(f"# {'-' * 100} layers: {file}")
+            chunks.append(source)
+    lines = sorted({line for f in files for line in imports[f]})
+    return lines, "\n\n\n".join(chunks)
+
+
+def model_py_source(spec: Any, weights_file: str | None) -> str:
+    graph = as_graph(spec)
+    src = model_source(graph)
     name = graph.meta.get("name", "model")
+    imports, library = library_source((*src.library, "Model"))
+    imports = _merged_imports([*imports, "import torch", "import torch.nn.functional as F", "from torch import Tensor, nn"])
     usage = {
-        "causal_lm": [("logits = model(input_ids)", "[B, N, vocab]"), ("tokens = model.generate(input_ids, 20)", "")],
-        "seq2seq": [("logits = model(input_ids, decoder_input_ids)", "[B, N_dec, vocab]"),
-                    ("tokens = model.generate(input_ids, 20)", "")],
-        "image_classification": [("logits = model(pixel_values)", "[B, classes]")],
-    }.get(graph.meta["task"], [("out = model(input_ids)", "logits, or a dict of outputs")])  # fmt: skip
-    usage = [("model = build()", "weights: WEIGHTS, or the spec's seeded initialisation"), *usage]
-    usage.append(("with model.attention_maps() as maps: model(...)", "attention probabilities by scope name"))
-    example = "\n    ".join(f"{code:<48} # {note}" if note else code for code, note in usage)
+        "causal_lm": "logits = model(input_ids)                  # [B, N, vocab]\n"
+        "    tokens = model.generate(input_ids, 20)     # KV cache; temperature / top_k / top_p / seed",
+        "seq2seq": "logits = model(input_ids, decoder_input_ids)\n    tokens = model.generate(input_ids, 20)",
+        "image_classification": "logits = model(pixel_values)                # [B, classes]",
+    }.get(graph.meta["task"], "out = model(input_ids)                      # a dict of outputs")
     header = f'''"""{name}: a standalone PyTorch model written by specc {__version__} (`specc compile --target python`).
 
-It needs torch (and safetensors to load weights) and does not import specc. The model is the graph at the
-end of this file, run by the small executor before it: each entry of OPS is one op (scope name, kind,
-inputs, attributes, parameters as (shape, init rule)); parameters live at their scope names, so
-``model.state_dict()`` keys match specc checkpoints.
+It needs torch (and safetensors to load weights), not specc. The layers it uses come first, then one class
+per kind of block; parameter names are the state-dict keys of specc checkpoints.
 
-    {example}
+    model = build()                             # weights: WEIGHTS, or the seeded initialisation
+    {usage}
 """
 
+from __future__ import annotations
+
 '''
-    ops = _graph_source(graph)
-    graph_part = f'''
+    tail = f'''
 
-# ================================================================================= this model
-
-SPEC = {pprint.pformat(spec_json, width=116, sort_dicts=False)}
-
-META = {pprint.pformat(graph.meta, width=116, sort_dicts=False)}
-INPUTS = {graph.inputs!r}
-OUTPUTS = {graph.outputs!r}
-{ops}
-GRAPH = Graph(META, INPUTS, OUTPUTS, OPS)
-WEIGHTS = {weights_file!r}  # safetensors beside this file, or None for the seeded initialisation
+WEIGHTS = {weights_file!r}  # safetensors beside this file (specc names), or None for the seeded initialisation
+DTYPES = {{"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}}
 
 
-def build(weights: str | None = WEIGHTS, device: str | None = None, dtype: str | None = None) -> Model:
-    """The model on ``device`` (default CPU) in ``dtype`` (default META["dtype"]), eval mode."""
-    tensors = None
-    if weights is not None:
+def build(weights: str | None = WEIGHTS, device: str | None = None, dtype: str | None = None) -> {src.root}:
+    """The model on ``device`` (default CPU) in ``dtype`` (default the spec's), in eval mode."""
+    dt = DTYPES[dtype or {src.root}.META["dtype"]]
+    with torch.device("meta"):
+        model = {src.root}().to(dt)
+    if weights is None:
+        model.to_empty(device=device or "cpu")
+        model.init_weights()
+    else:
         from pathlib import Path
 
         from safetensors.torch import load_file
 
         tensors = load_file(str(Path(__file__).resolve().parent / weights))
-    return create(GRAPH, tensors=tensors, device=device, dtype=dtype)
+        model.load_state_dict({{k: v.to(device=device or "cpu", dtype=dt) for k, v in tensors.items()}}, assign=True)
+    return model.eval()
 
 
 if __name__ == "__main__":
     model = build()
-    with torch.inference_mode():
-        outputs = model.run(example_inputs(GRAPH))
-    print({{name: tuple(value.shape) for name, value in outputs.items()}})
+    print(model)
 '''
-    return header + runtime_source() + graph_part
+    text = header + "\n".join(imports) + "\n\n\n" + library + "\n\n\n" + src.body + tail
+    return ruff_format(text)
+
+
+def ruff_format(text: str) -> str:
+    """The text as ``ruff format`` writes it (line length 120), or unchanged where ruff is not installed."""
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        return text
+    done = subprocess.run(
+        [ruff, "format", "--line-length", "120", "--stdin-filename", "model.py", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout if done.returncode == 0 else text
 
 
 def write_model_py(
@@ -216,6 +205,4 @@ def write_model_py(
         target = path.with_suffix(".safetensors")
         compile_checkpoint(spec, target, weights=weights)
         weights_file = target.name
-    described = spec_dict(spec)
-    source = model_source(described, graph_data(as_graph(spec)), weights_file)
-    return atomic_write(path, source)
+    return atomic_write(path, model_py_source(spec, weights_file))

@@ -1,0 +1,211 @@
+"""One emitter per op kind: the module an op becomes (constructor source) and the expression that calls it.
+
+Constructor attributes go through ``attr(key)``, which gives a literal, or the name of a constructor
+parameter when blocks sharing one class differ in that attribute. Attributes the call expression (or the
+parameter set) depends on are ``structural``: ops that differ in them never share a class.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ....ir.graph import Op
+
+Attr = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Call:
+    """What the writer hands an emitter's call: the module expression and the argument expressions."""
+
+    module: str  # "self.qkv"
+    args: list[str]  # one per op input, in order
+    weight: str | None = None  # the tied weight's expression (``tied_to``)
+    state: str = "state"
+
+
+@dataclass(frozen=True)
+class Emitter:
+    call: Callable[[Op, Call], str]
+    ctor: Callable[[Op, Attr], str] | None = None  # None: inline, no module
+    structural: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()  # layer-library names the code needs
+    state: Callable[[Op], bool] = lambda op: False  # the call reads the per-call State
+    depth: int = 1  # calls the expression nests (0 for inline arithmetic)
+    variant: Callable[[Op], Any] = lambda op: None  # a further structural fact (e.g. rotary on or off)
+
+
+EMITTERS: dict[str, Emitter] = {}
+
+
+def _emits(kind: str, **kw: Any) -> None:
+    EMITTERS[kind] = Emitter(**kw)
+
+
+def lit(value: Any) -> str:
+    """A Python literal, strings in double quotes (as ruff formats them)."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, tuple):
+        return f"({', '.join(map(lit, value))}{',' if len(value) == 1 else ''})"
+    if isinstance(value, list):
+        return f"[{', '.join(map(lit, value))}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{lit(k)}: {lit(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def _kwargs(a: Attr, op: Op, defaults: dict[str, Any]) -> str:
+    """``, key=value`` for each attribute that is a parameter or differs from the constructor's default."""
+    out = []
+    for key, default in defaults.items():
+        text = a(key)
+        if text != lit(default):
+            out.append(f", {key}={text}")
+    return "".join(out)
+
+
+def _module_call(op: Op, c: Call) -> str:
+    return f"{c.module}({', '.join(c.args)})"
+
+
+ACTIVATION_MODULES = {
+    "relu": "nn.ReLU()",
+    "gelu": "nn.GELU()",
+    "gelu_tanh": 'nn.GELU(approximate="tanh")',
+    "silu": "nn.SiLU()",
+    "tanh": "nn.Tanh()",
+}
+
+
+def _linear_call(op: Op, c: Call) -> str:
+    return f"{c.module}({c.args[0]}, {c.weight})" if op.attrs.get("tied_to") else _module_call(op, c)
+
+
+def _linear_ctor(op: Op, a: Attr) -> str:
+    bias = "" if op.attrs.get("bias") else ", bias=False"
+    if op.attrs.get("tied_to"):
+        return f"TiedLinear({a('out_features')}{', bias=True' if op.attrs.get('bias') else ''})"
+    return f"nn.Linear({a('in_features')}, {a('out_features')}{bias})"
+
+
+_emits("linear", call=_linear_call, ctor=_linear_ctor, structural=("bias", "tied_to", "init"), uses=("TiedLinear",))
+
+
+def _embedding_call(op: Op, c: Call) -> str:
+    scale = float(op.attrs.get("scale", 1.0))
+    x = f"F.embedding({c.args[0]}, {c.weight})" if op.attrs.get("tied_to") else _module_call(op, c)
+    return x if scale == 1.0 else f"{x} * {scale!r}"
+
+
+_emits(
+    "embedding",
+    call=_embedding_call,
+    ctor=lambda op, a: None if op.attrs.get("tied_to") else f"nn.Embedding({a('vocab')}, {a('dim')})",
+    structural=("tied_to", "scale"),
+)
+_emits("type_embedding", call=_module_call, ctor=lambda op, a: f"TypeEmbedding({a('vocab')}, {a('dim')})",
+       uses=("TypeEmbedding",))  # fmt: skip
+
+
+def _with_state(op: Op, c: Call) -> str:
+    return f"{c.module}({', '.join([*c.args, c.state])})"
+
+
+_emits("learned_pos", call=_with_state, ctor=lambda op, a: f"LearnedPositions({a('positions')}, {a('dim')})",
+       uses=("LearnedPositions",), state=lambda op: True)  # fmt: skip
+_emits("sinusoidal_pos", call=_with_state, ctor=lambda op, a: f"SinusoidalPositions({a('dim')})",
+       uses=("SinusoidalPositions",), state=lambda op: True)  # fmt: skip
+_emits("learned_pos_2d", call=_module_call, uses=("LearnedPositions2d",),
+       ctor=lambda op, a: f"LearnedPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, {'cls': False})})")  # fmt: skip
+_emits("sinusoidal_pos_2d", call=_module_call, uses=("SinusoidalPositions2d",),
+       ctor=lambda op, a: f"SinusoidalPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, {'cls': False})})")  # fmt: skip
+_emits("patch_embed", call=_module_call, uses=("PatchEmbed",), structural=("bias",),
+       ctor=lambda op, a: f"PatchEmbed({a('channels')}, {a('dim')}, {a('patch')}{'' if op.attrs.get('bias') else ', bias=False'})")  # fmt: skip  # noqa: E501
+_emits("cls_token", call=_module_call, ctor=lambda op, a: f"ClsToken({a('dim')})", uses=("ClsToken",))
+_emits("layernorm", call=_module_call, structural=("bias",),
+       ctor=lambda op, a: f"nn.LayerNorm({a('dim')}, eps={a('eps')}{'' if op.attrs.get('bias') else ', bias=False'})")  # fmt: skip  # noqa: E501
+_emits("rmsnorm", call=_module_call, ctor=lambda op, a: f"RMSNorm({a('dim')}, eps={a('eps')})", uses=("RMSNorm",))
+_emits("activation", call=_module_call, ctor=lambda op, a: ACTIVATION_MODULES[op.attrs["fn"]], structural=("fn",))
+_emits("glu", call=lambda op, c: f"{c.module}({c.args[0]}) * {c.args[1]}",
+       ctor=lambda op, a: ACTIVATION_MODULES[op.attrs["fn"]], structural=("fn",))  # fmt: skip
+_emits("dropout", call=_module_call, ctor=lambda op, a: f"nn.Dropout({a('p')})")
+
+
+def _add_call(op: Op, c: Call) -> str:
+    p = op.attrs.get("dropout", 0.0)
+    branch = f"F.dropout({c.args[1]}, {p!r}, self.training)" if p else c.args[1]
+    return f"{c.args[0]} + {branch}"
+
+
+_emits("add", call=_add_call, structural=("dropout",), depth=0)
+_emits("pool", call=lambda op, c: f"{c.args[0]}.mean(1)" if op.attrs["mode"] == "mean" else f"{c.args[0]}[:, 0]",
+       structural=("mode",), depth=0)  # fmt: skip
+
+SELF_ATTENTION_DEFAULTS = {"mask": "causal", "scale": None, "window": None, "prefix": None, "dropout": 0.0}
+
+
+def _attention_ctor(op: Op, a: Attr) -> str:
+    head = f"{a('heads')}, {a('kv_heads')}, {a('head_dim')}"
+    if op.attrs.get("cross"):
+        return f"CrossAttention({head}, scale={a('scale')}, dropout={a('dropout')})"
+    defaults = dict(SELF_ATTENTION_DEFAULTS)
+    defaults["scale"] = op.attrs["head_dim"] ** -0.5  # written only when it is not 1/√head_dim
+    rope = f", rope=Rotary({a('rope_dims')}, {a('rope_theta')})" if op.attrs.get("rope_dims") else ""
+    return f"SelfAttention({head}{_kwargs(a, op, defaults)}{rope})"
+
+
+def _attention_call(op: Op, c: Call) -> str:
+    if op.attrs.get("cross"):
+        return _module_call(op, c)
+    if op.attrs["padding"]:
+        return _with_state(op, c)
+    return f"{c.module}({c.args[0]}, state={c.state})"
+
+
+_emits("attention", call=_attention_call, ctor=_attention_ctor, structural=("cross", "padding"),
+       variant=lambda op: bool(op.attrs.get("rope_dims")), uses=("SelfAttention", "CrossAttention", "Rotary"), state=lambda op: not op.attrs.get("cross"))  # fmt: skip
+
+MOE_DEFAULTS = {
+    "expert": "swiglu",
+    "activation": "silu",
+    "normalize": True,
+    "bias": False,
+    "aux_loss_coef": 0.0,
+    "jitter": 0.0,
+}
+
+
+def _moe_ctor(op: Op, a: Attr) -> str:
+    return f"MoE({a('experts')}, {a('active')}, {a('dim')}, {a('hidden')}{_kwargs(a, op, MOE_DEFAULTS)})"
+
+
+_emits("moe", call=_module_call, ctor=_moe_ctor, structural=("expert", "bias"), uses=("MoE",))
+
+RNN_MODULES = {"gru": "nn.GRU", "lstm": "nn.LSTM", "rnn": "nn.RNN"}
+
+
+def _rnn_ctor(op: Op, a: Attr) -> str:
+    cls = RNN_MODULES[op.attrs["cell"]]
+    return f"{cls}({a('input_size')}, {a('hidden')}, {a('layers')}, batch_first=True, bidirectional={a('bidirectional')})"
+
+
+_emits("rnn", call=lambda op, c: f"rnn_states({c.module}, {', '.join(c.args)})", ctor=_rnn_ctor,
+       structural=("cell",), uses=("rnn_states",))  # fmt: skip
+
+
+def _rnn_decoder_ctor(op: Op, a: Attr) -> str:
+    head = f"{a('cell')}, {a('input_size')}, {a('hidden')}, {a('layers')}, {a('enc_dim')}"
+    return f"RNNDecoder({head}{_kwargs(a, op, {'enc_directions': 1, 'attention': 'bahdanau', 'attention_dim': None})})"
+
+
+_emits("rnn_decoder", call=_with_state, ctor=_rnn_decoder_ctor, uses=("RNNDecoder",), state=lambda op: True)
+
+
+def ctor_attrs(op: Op) -> dict[str, Any]:
+    """The attributes that may differ between ops sharing a class (constructor arguments)."""
+    e = EMITTERS[op.kind]
+    return {k: v for k, v in op.attrs.items() if k not in e.structural} if e.ctor else {}

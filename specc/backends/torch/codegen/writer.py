@@ -1,0 +1,320 @@
+"""Python source of one class per ClassPlan: ``__init__`` builds the children, ``forward`` runs the region."""
+
+from __future__ import annotations
+
+import keyword
+from typing import Any
+
+from ....ir.graph import LayerGraph
+from .classes import ClassPlan
+from .emitters import EMITTERS, Call, lit
+from .scopes import Scope, Unit, flat_attrs
+
+MAX_INLINE_DEPTH = 2  # nested calls per expression: x = x + self.attn(self.norm1(x)) and no deeper
+MAX_INLINE_CHARS = 64
+
+
+def attr_path(rel: str) -> str:
+    """``blocks.0.attn`` → ``blocks[0].attn`` (attribute access from ``self``)."""
+    return "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in rel.split("."))
+
+
+class Writer:
+    def __init__(self, graph: LayerGraph, plans: dict[Any, ClassPlan], root: Scope, positions_follow: str | None):
+        self.graph, self.plans, self.root = graph, plans, root
+        self.positions_follow = positions_follow
+        self.by_scope = {id(m): p for p in plans.values() for m in p.members}
+        for plan in plans.values():
+            self._name_inputs(plan)
+
+    def plan_of(self, scope: Scope) -> ClassPlan:
+        return self.by_scope[id(scope)]
+
+    # -- signatures ----------------------------------------------------------------------------------------
+
+    def _name_inputs(self, plan: ClassPlan) -> None:
+        rep, names = plan.rep, []
+        for v in rep.inputs:
+            if v in self.graph.inputs:
+                name = v
+            elif v.startswith("param:"):
+                name = f"{v[6:].rsplit('.', 2)[-2]}_weight"
+            elif rep.path and v.split(".")[0] != rep.path.split(".")[0]:
+                name = "memory"  # a value from another stack: the encoder's output
+            elif "x" not in names:
+                name = "x"
+            else:
+                name = "h"
+            while name in names:
+                name += "_"
+            names.append(name)
+        plan.input_names = names
+        optional = [self.graph.inputs[v].optional if v in self.graph.inputs else False for v in rep.inputs]
+        plan.order = [i for i in range(len(names)) if not optional[i]] + [i for i in range(len(names)) if optional[i]]
+
+    def forward_params(self, plan: ClassPlan) -> list[str]:
+        out = []
+        for i in plan.order:
+            v, name = plan.rep.inputs[i], plan.input_names[i]
+            optional = v in self.graph.inputs and self.graph.inputs[v].optional
+            out.append(f"{name}: Tensor | None = None" if optional else f"{name}: Tensor")
+        if plan.rep.needs_state or plan.rep is self.root:
+            out.append("state: State | None = None")
+        if plan.rep is self.root and "logits" in self.graph.outputs and len(self.graph.outputs) > 1:
+            out.append("return_all: bool = False")
+        return out
+
+    # -- __init__ ------------------------------------------------------------------------------------------
+
+    def ctor_args(self, owner: ClassPlan, child: Scope) -> str:
+        """Keyword arguments for a child class: the owner's parameter where it varies, else the literal."""
+        plan = self.plan_of(child)
+        values = flat_attrs(child)
+        rel = owner.rep.rel(child.path) if child.path.startswith(owner.rep.path) else child.path
+        args = []
+        for (path, attr), pname in plan.params.items():
+            key = (f"{rel}.{path}", attr)
+            args.append(f"{pname}={owner.params[key] if key in owner.params else lit(values[(path, attr)])}")
+        return ", ".join(args)
+
+    def init_lines(self, plan: ClassPlan) -> list[str]:
+        rep, lines, done = plan.rep, [], set()
+        for unit in rep.units:
+            if unit.op is not None:
+                e = EMITTERS[unit.op.kind]
+                if e.ctor is None:
+                    continue
+                rel = unit.key
+
+                def attr(key: str, rel: str = rel, op: Any = unit.op) -> str:
+                    return plan.params.get((rel, key)) or lit(op.attrs.get(key))
+
+                ctor = e.ctor(unit.op, attr)
+                if ctor is not None:
+                    lines.append(f"self.{unit.key} = {ctor}")
+                continue
+            head, _, index = unit.key.partition(".")
+            if not index:
+                assert unit.scope is not None
+                lines.append(f"self.{head} = {self.plan_of(unit.scope).name}({self.ctor_args(plan, unit.scope)})")
+            elif head not in done:
+                done.add(head)
+                members = list(rep.children[head].children.values())
+                calls = [f"{self.plan_of(m).name}({self.ctor_args(plan, m)})" for m in members]
+                if len(set(calls)) == 1:
+                    lines.append(f"self.{head} = nn.ModuleList({calls[0]} for _ in range({len(calls)}))")
+                else:
+                    lines.append(f"self.{head} = nn.ModuleList([{', '.join(calls)}])")
+        return lines
+
+    # -- forward -------------------------------------------------------------------------------------------
+
+    def forward_lines(self, plan: ClassPlan) -> list[str]:
+        return Body(self, plan).lines()
+
+
+class Body:
+    """The statements of one forward: units in order, single-use values inlined, blocks chained in a loop."""
+
+    def __init__(self, w: Writer, plan: ClassPlan):
+        self.w, self.plan, self.scope = w, plan, plan.rep
+        self.env: dict[str, tuple[str, int]] = {}  # value → (expression, nesting depth; 0 for a variable)
+        self.live: dict[str, str] = {}  # variable → the value it holds
+        for i, v in enumerate(self.scope.inputs):
+            self.env[v] = (plan.input_names[i], 0)
+            self.live[plan.input_names[i]] = v
+        self.out: list[str] = []
+        uses: dict[str, list[int]] = {}
+        for j, unit in enumerate(self.scope.units):
+            for v in unit.inputs:
+                uses.setdefault(v, []).append(j)
+        for v in self.scope.outputs:
+            uses.setdefault(v, []).append(len(self.scope.units))
+        self.uses = uses
+
+    # expressions of values that are parameters of this class's own modules
+    def value(self, v: str) -> tuple[str, int]:
+        if v in self.env:
+            return self.env[v]
+        assert v.startswith("param:"), v
+        owner, _, local = v[6:].rpartition(".")
+        return f"self{attr_path(self.scope.rel(owner))}.{local}", 0
+
+    def lines(self) -> list[str]:
+        s, units = self.scope, self.scope.units
+        if s is self.w.root and s.needs_state:
+            follow = self.w.positions_follow
+            self.out += ["if state is None:", f"    state = State(positions_from={follow})" if follow else "    state = State()"]
+        j = 0
+        while j < len(units):
+            loop = self._loop(j)
+            if loop:
+                self._emit_loop(units[j : j + loop])
+                j += loop
+                continue
+            self._emit_unit(j)
+            j += 1
+        self._emit_return()
+        return self.out
+
+    def _loop(self, j: int) -> int:
+        """How many units from j form a chain of container members (block i reads block i-1's output)."""
+        units = self.scope.units
+        head = units[j].key.partition(".")[0]
+        if "." not in units[j].key:
+            return 0
+        n = 1
+        while j + n < len(units):
+            a, b = units[j + n - 1], units[j + n]
+            if b.key.partition(".")[0] != head or len(b.outputs) != 1 or len(a.outputs) != 1:
+                break
+            if b.inputs[0] != a.outputs[0] or b.inputs[1:] != units[j].inputs[1:]:
+                break
+            if self.w.plan_of(b.scope) is not self.w.plan_of(units[j].scope):  # type: ignore[arg-type]
+                break
+            n += 1
+        container = self.scope.children[head]
+        whole = n == len(container.children) and units[j].key == f"{head}.{next(iter(container.children))}"
+        return n if whole and self.uses.get(units[j].inputs[0], []) == [j] else 0
+
+    def _call_args(self, unit: Unit) -> list[str]:
+        assert unit.scope is not None
+        child = self.w.plan_of(unit.scope)
+        return [self.value(unit.inputs[i])[0] for i in child.order]
+
+    def _emit_loop(self, members: list[Unit]) -> None:
+        head = members[0].key.partition(".")[0]
+        var = self._materialise(members[0].inputs[0])
+        args = self._call_args(members[0])
+        args[0] = var
+        if members[0].scope.needs_state:  # type: ignore[union-attr]
+            args.append("state")
+        item = head[:-1] if head.endswith("s") else "layer"
+        self.out += [f"for {item} in self.{head}:", f"    {var} = {item}({', '.join(args)})"]
+        self.env[members[-1].outputs[0]] = (var, 0)
+        self.live[var] = members[-1].outputs[0]
+
+    def _materialise(self, v: str) -> str:
+        expr, depth = self.value(v)
+        if depth == 0 and expr.isidentifier():
+            return expr
+        name = self._fresh("x")
+        self.out.append(f"{name} = {expr}")
+        self.env[v] = (name, 0)
+        self.live[name] = v
+        return name
+
+    def _expression(self, j: int) -> tuple[str, int]:
+        unit = self.scope.units[j]
+        static = unit.key in self.scope.static
+        if unit.op is not None:
+            op, e = unit.op, EMITTERS[unit.op.kind]
+            vals = [self.value(v) for v in op.inputs]
+            if op.name == self.w.graph.outputs.get("logits"):
+                vals[0] = (f"last_positions({vals[0][0]}, state)", vals[0][1] + 1)
+            if op.kind == "linear" and self._feeds_jittered_router(op.name):
+                vals[0] = (f"self.{self._router_owner(op.name)}.route({vals[0][0]})", vals[0][1] + 1)
+            weight = self.value(f"param:{op.attrs['tied_to']}")[0] if op.attrs.get("tied_to") else None
+            if static:
+                return f"reuse(state, self.{unit.key}, {', '.join(v for v, _ in vals)})", 2
+            expr = e.call(op, Call(f"self.{unit.key}", [v for v, _ in vals], weight))
+            return expr, e.depth + max((d for _, d in vals), default=0)
+        assert unit.scope is not None
+        args = [self.value(unit.inputs[i]) for i in self.w.plan_of(unit.scope).order]
+        module = f"self{attr_path(unit.key)}"
+        if static:
+            return f"reuse(state, {module}, {', '.join(a for a, _ in args)})", 2
+        texts = [a for a, _ in args] + (["state"] if unit.scope.needs_state else [])
+        return f"{module}({', '.join(texts)})", 1 + max((d for _, d in args), default=0)
+
+    def _feeds_jittered_router(self, name: str) -> bool:
+        return any(
+            u.op is not None and u.op.kind == "moe" and u.op.inputs[1] == name and u.op.attrs.get("jitter")
+            for u in self.scope.units
+        )
+
+    def _router_owner(self, name: str) -> str:
+        return next(u.key for u in self.scope.units if u.op is not None and u.op.kind == "moe" and u.op.inputs[1] == name)
+
+    def _emit_unit(self, j: int) -> None:
+        unit, units = self.scope.units[j], self.scope.units
+        expr, depth = self._expression(j)
+        for v in unit.inputs:
+            self._release(v, j)
+        if len(unit.outputs) == 1:
+            v = unit.outputs[0]
+            uses = self.uses.get(v, [])
+            nxt = j + 1
+            next_depth = self._own_depth(nxt) if nxt < len(units) else 0
+            into_return = nxt == len(units)
+            inline = (
+                len(uses) == 1
+                and uses[0] == nxt
+                and unit.key not in self.scope.static
+                and (into_return or depth + next_depth <= MAX_INLINE_DEPTH)
+                and len(expr) <= MAX_INLINE_CHARS
+                and not (self.scope is self.w.root and list(self.w.graph.outputs) != ["logits"] and v in self.scope.outputs)
+                and (nxt == len(units) or not self._loop(nxt))
+            )
+            if inline:
+                self.env[v] = (f"({expr})" if depth == 0 and " " in expr else expr, depth)
+                return
+            name = self._name_for(unit, j)
+            self.out.append(f"{name} = {expr}")
+            self.env[v] = (name, 0)
+            self.live[name] = v
+            return
+        names = [self._fresh(self.scope.rel(v).split(".")[-1]) for v in unit.outputs]
+        self.out.append(f"{', '.join(names)} = {expr}")
+        for v, n in zip(unit.outputs, names, strict=True):
+            self.env[v] = (n, 0)
+            self.live[n] = v
+
+    def _own_depth(self, j: int) -> int:
+        unit = self.scope.units[j]
+        if unit.key in self.scope.static:
+            return 99
+        return EMITTERS[unit.op.kind].depth if unit.op is not None else 1
+
+    def _release(self, v: str, j: int) -> None:
+        """Forget the variable holding v once its last use is statement j."""
+        if self.uses.get(v, [])[-1:] == [j]:
+            for name, held in list(self.live.items()):
+                if held == v:
+                    del self.live[name]
+
+    def _name_for(self, unit: Unit, j: int) -> str:
+        v = unit.outputs[0]
+        outputs = {op: name for name, op in self.w.graph.outputs.items()}
+        if self.scope is self.w.root and v in outputs:
+            return outputs[v]
+        if unit.key in self.scope.static:
+            return self._fresh("memory" if unit.key == "encoder" else unit.key.split(".")[-1])
+        first = self.env.get(unit.inputs[0], ("", 1)) if unit.inputs else ("", 1)
+        if first[1] == 0 and first[0] in ("x", "h") and first[0] not in self.live:
+            return first[0]  # x = self.f(x): the input dies here
+        if "x" not in self.live:
+            return "x"
+        return self._fresh(unit.key.split(".")[-1])
+
+    def _fresh(self, base: str) -> str:
+        base = base if base.isidentifier() and not keyword.iskeyword(base) else f"v_{base}"
+        name, k = base, 2
+        while name in self.live or name in self.plan.input_names or name in ("self", "state"):
+            name, k = f"{base}{k}", k + 1
+        return name
+
+    def _emit_return(self) -> None:
+        s = self.scope
+        exprs = [self.value(v)[0] for v in s.outputs]
+        if s is not self.w.root:
+            self.out.append(f"return {', '.join(exprs)}")
+            return
+        by_value = dict(zip(s.outputs, exprs, strict=True))
+        items = ", ".join(f'"{name}": {by_value[op]}' for name, op in self.w.graph.outputs.items())
+        if list(self.w.graph.outputs) == ["logits"]:
+            self.out.append(f"return {exprs[0]}")
+        elif "logits" in self.w.graph.outputs:
+            self.out += ["if return_all:", f"    return {{{items}}}", f"return {by_value[self.w.graph.outputs['logits']]}"]
+        else:
+            self.out.append(f"return {{{items}}}")

@@ -1,0 +1,57 @@
+"""The layer library of generated models: standard torch modules do the rest.
+
+Each file imports only torch and the standard library (and its siblings), because ``specc compile --target
+python`` copies the definitions a model uses into its standalone model.py.
+"""
+
+from __future__ import annotations
+
+from .attention import CrossAttention, Rotary, SelfAttention, math_attention
+from .embed import (
+    ClsToken,
+    LearnedPositions,
+    LearnedPositions2d,
+    PatchEmbed,
+    RMSNorm,
+    SinusoidalPositions,
+    SinusoidalPositions2d,
+    TiedLinear,
+    TypeEmbedding,
+    sinusoids,
+)
+from .generation import GenerationError, generate, pick_tokens
+from .model import Model
+from .moe import MoE
+from .rnn import RNNDecoder, rnn_states
+from .state import KVCache, State, last_positions, reuse
+
+# Files in dependency order: model.py inlines the definitions it uses in this order.
+FILES = ("state", "attention", "embed", "moe", "rnn", "generation", "model")
+
+__all__ = [
+    "ClsToken",
+    "CrossAttention",
+    "GenerationError",
+    "KVCache",
+    "LearnedPositions",
+    "LearnedPositions2d",
+    "MoE",
+    "Model",
+    "PatchEmbed",
+    "RMSNorm",
+    "RNNDecoder",
+    "Rotary",
+    "SelfAttention",
+    "SinusoidalPositions",
+    "SinusoidalPositions2d",
+    "State",
+    "TiedLinear",
+    "TypeEmbedding",
+    "generate",
+    "last_positions",
+    "math_attention",
+    "pick_tokens",
+    "reuse",
+    "rnn_states",
+    "sinusoids",
+]

@@ -1,0 +1,110 @@
+"""Mixture of experts: each token goes to its top-`active` experts; expert weights are [E, out, in]."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "tanh": torch.tanh,
+}
+
+
+def _traced() -> bool:
+    """Graph capture (compile, export, jit.trace) cannot follow data-dependent shapes."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting()
+
+
+class MoE(nn.Module):
+    """Gates = softmax(router logits), top-`active` per token (renormalised when `normalize`).
+
+    Training only: `jitter` multiplies the router input by U(1 - jitter, 1 + jitter) (Switch Transformer;
+    the router is the caller's linear, so the noise is applied by ``route``), and ``aux_loss`` holds the
+    load-balancing loss coef · E · Σ_e f_e · P_e of the last call (f_e: fraction of the top-k assignments
+    that went to e, P_e: mean gate probability of e), which ``specc train`` adds to the loss.
+    """
+
+    def __init__(
+        self,
+        experts: int,
+        active: int,
+        dim: int,
+        hidden: int,
+        expert: str = "swiglu",
+        activation: str = "silu",
+        normalize: bool = True,
+        bias: bool = False,
+        aux_loss_coef: float = 0.0,
+        jitter: float = 0.0,
+    ):
+        super().__init__()
+        self.experts, self.active, self.dim, self.hidden = experts, active, dim, hidden
+        self.swiglu, self.activation, self.normalize = expert == "swiglu", activation, normalize
+        self.aux_loss_coef, self.jitter = aux_loss_coef, jitter
+        self.aux_loss: Tensor | None = None
+        e = experts
+        names = [("w_gate", (e, hidden, dim)), ("w_up", (e, hidden, dim))] if self.swiglu else [("w_in", (e, hidden, dim))]
+        names.append(("w_down" if self.swiglu else "w_out", (e, dim, hidden)))
+        if bias:
+            names += [("b_gate", (e, hidden)), ("b_up", (e, hidden))] if self.swiglu else [("b_in", (e, hidden))]
+            names.append(("b_down" if self.swiglu else "b_out", (e, dim)))
+        for name, shape in names:
+            self.register_parameter(name, nn.Parameter(torch.empty(shape)))
+        self.bias = bias
+
+    def _b(self, name: str, e: int) -> Tensor | None:
+        return getattr(self, name)[e] if self.bias else None
+
+    def expert(self, e: int, x: Tensor) -> Tensor:
+        act = ACTIVATIONS[self.activation]
+        if self.swiglu:
+            h = act(F.linear(x, self.w_gate[e], self._b("b_gate", e))) * F.linear(x, self.w_up[e], self._b("b_up", e))
+            return F.linear(h, self.w_down[e], self._b("b_down", e))
+        return F.linear(act(F.linear(x, self.w_in[e], self._b("b_in", e))), self.w_out[e], self._b("b_out", e))
+
+    def route(self, x: Tensor) -> Tensor:
+        """The router's input: x, multiplied by the jitter noise in training."""
+        if self.training and self.jitter:
+            return x * torch.empty_like(x).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
+        return x
+
+    def forward(self, x: Tensor, router_logits: Tensor) -> Tensor:
+        tokens = x.reshape(-1, self.dim)
+        probs = router_logits.reshape(-1, self.experts).float().softmax(-1)
+        weights, chosen = probs.topk(self.active, -1)  # [T, A]
+        if self.normalize:
+            weights = weights / weights.sum(-1, keepdim=True)
+        weights = weights.to(x.dtype)
+        if self.training and self.aux_loss_coef:
+            routed = F.one_hot(chosen, self.experts).float().sum(1).mean(0) / self.active  # f_e
+            self.aux_loss = self.aux_loss_coef * self.experts * (routed * probs.mean(0)).sum()
+        elif self.aux_loss is not None:
+            self.aux_loss = None
+        if _traced():  # every expert on every token, keep the chosen: static shapes
+            combine = torch.zeros(tokens.shape[0], self.experts, dtype=x.dtype, device=x.device)
+            combine = combine.scatter(1, chosen, weights)
+            out = sum(combine[:, e, None] * self.expert(e, tokens) for e in range(self.experts))
+            return out.reshape(x.shape)
+        # Dispatch: sort the T·A (token, expert) assignments by expert, run each expert once on its tokens.
+        flat = chosen.reshape(-1)
+        order = flat.argsort(stable=True)
+        token_of = order // self.active
+        counts = torch.bincount(flat, minlength=self.experts).tolist()  # the one host sync per layer
+        routed_tokens = tokens[token_of]
+        out_sorted = torch.empty_like(routed_tokens)
+        start = 0
+        for e, count in enumerate(counts):
+            if count:
+                out_sorted[start : start + count] = self.expert(e, routed_tokens[start : start + count])
+                start += count
+        out_sorted = out_sorted * weights.reshape(-1)[order, None]
+        return torch.zeros_like(tokens).index_add_(0, token_of, out_sorted).reshape(x.shape)
+
+    def extra_repr(self) -> str:
+        kind = "swiglu" if self.swiglu else self.activation
+        return f"experts={self.experts}, active={self.active}, dim={self.dim}, hidden={self.hidden}, expert={kind}"
