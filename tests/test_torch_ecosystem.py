@@ -48,7 +48,8 @@ def test_peft_lora_wraps_qkv_and_fc1_and_training_lowers_the_loss() -> None:
     task = make_task("reverse", 64, 64)
     model = build_torch(tiny("transformer", "dropout=0.0", "init.std=0.2")).train()  # std 0.02 barely moves logits
     lora = peft.get_peft_model(model, peft.LoraConfig(r=8, lora_alpha=16, target_modules=["qkv", "fc1"]))
-    wrapped = {n.rsplit(".", 1)[-1] for n, m in lora.named_modules() if hasattr(m, "lora_A") and hasattr(m, "base_layer")}
+    lora_layers = [n for n, m in lora.named_modules() if hasattr(m, "lora_A") and hasattr(m, "base_layer")]
+    wrapped = {n.rsplit(".", 1)[-1] for n in lora_layers}
     assert wrapped == {"qkv", "fc1"}
     assert all("lora_" in n for n, p in lora.named_parameters() if p.requires_grad)
     opt = torch.optim.AdamW([p for p in lora.parameters() if p.requires_grad], lr=2e-2)
@@ -89,7 +90,8 @@ def test_activation_checkpointing_per_block_gives_the_same_gradients() -> None:
     assert sum(type(m).__name__ == "CheckpointWrapper" for m in model.modules()) == 2
     model(ids).sum().backward()
     grad = dict(ref.named_parameters())["blocks.0.attn.qkv.weight"].grad
-    got = next(p.grad for n, p in model.named_parameters() if n.endswith("blocks.0._checkpoint_wrapped_module.attn.qkv.weight"))
+    name = "blocks.0._checkpoint_wrapped_module.attn.qkv.weight"
+    got = next(p.grad for n, p in model.named_parameters() if n.endswith(name))
     torch.testing.assert_close(got, grad)
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 import torch
-from test_onnx_left_padding import DECODERS, LENGTHS, NEW, _batch, hf_zoo  # noqa: F401  (fixture)
+from test_onnx_left_padding import DECODERS, LENGTHS, NEW, _batch
+from test_onnx_left_padding import hf_zoo as hf_zoo
 
 import specc
 from specc.backends.torch import build_torch
@@ -43,7 +44,7 @@ def test_left_padded_greedy_equals_each_row_alone(name: str, use_cache: bool) ->
 
 
 @pytest.mark.parametrize("case_id", ["gpt2-tied", "llama-gqa"])
-def test_left_padded_generation_equals_hf_generate(hf_zoo, case_id: str, tmp_path: Path) -> None:
+def test_left_padded_generation_equals_hf_generate(hf_zoo: Any, case_id: str, tmp_path: Path) -> None:
     hf, spec, weights = hf_zoo(case_id)
     model = build_torch(spec, weights=weights)
     ids, mask, _ = _batch(hf.config.vocab_size, seed=4, low=3)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -77,6 +78,12 @@ def _short_docstrings(text: str, node: ast.stmt) -> str:
     return "\n".join(lines)
 
 
+def _bound_names(line: str) -> list[str]:
+    node = ast.parse(line).body[0]
+    assert isinstance(node, (ast.Import, ast.ImportFrom))
+    return [(a.asname or a.name).split(".")[0] for a in node.names]
+
+
 def _merged_imports(lines: list[str]) -> list[str]:
     """import lines merged per module and sorted as ruff's isort does: standard library first, then torch."""
     plain: set[str] = set()
@@ -87,6 +94,7 @@ def _merged_imports(lines: list[str]) -> list[str]:
             plain.update(f"{a.name} as {a.asname}" if a.asname else a.name for a in tree.names)
         elif isinstance(tree, ast.ImportFrom) and tree.module:
             froms.setdefault(tree.module, set()).update(a.name for a in tree.names)
+
     def group(torch_part: bool) -> list[str]:
         mods = sorted({p.split()[0] for p in plain} | set(froms), key=lambda m: m.lower())
         out = []
@@ -97,6 +105,7 @@ def _merged_imports(lines: list[str]) -> list[str]:
             if m in froms:
                 out.append(f"from {m} import {', '.join(sorted(froms[m], key=lambda n: (not n[0].isupper(), n)))}")
         return out
+
     return [*group(False), "", *group(True)]
 
 
@@ -116,7 +125,6 @@ def library_source(needed: tuple[str, ...]) -> tuple[list[str], str]:
             seen.add(source)
             if file not in files:
                 files.append(file)
-                chunks.append(f"# {'-' * 100} layers: {file}")
             chunks.append(source)
     lines = sorted({line for f in files for line in imports[f]})
     return lines, "\n\n\n".join(chunks)
@@ -127,25 +135,30 @@ def model_py_source(spec: Any, weights_file: str | None) -> str:
     src = model_source(graph)
     name = graph.meta.get("name", "model")
     imports, library = library_source((*src.library, "Model"))
-    imports = _merged_imports([*imports, "import torch", "import torch.nn.functional as F", "from torch import Tensor, nn"])
+    base = [
+        "import torch",
+        "import torch.nn.functional as F",
+        "from torch import Tensor, nn",
+        "from pathlib import Path",
+    ]
+
     usage = {
         "causal_lm": "logits = model(input_ids)                  # [B, N, vocab]\n"
         "    tokens = model.generate(input_ids, 20)     # KV cache; temperature / top_k / top_p / seed",
         "seq2seq": "logits = model(input_ids, decoder_input_ids)\n    tokens = model.generate(input_ids, 20)",
         "image_classification": "logits = model(pixel_values)                # [B, classes]",
     }.get(graph.meta["task"], "out = model(input_ids)                      # a dict of outputs")
-    header = f'''"""{name}: a standalone PyTorch model written by specc {__version__} (`specc compile --target python`).
-
-It needs torch (and safetensors to load weights), not specc. The layers it uses come first, then one class
-per kind of block; parameter names are the state-dict keys of specc checkpoints.
+    header = f'''"""{name}, written by specc {__version__}: the layers it uses, then one class per kind of block.
+It needs torch (safetensors for weights), not specc; state-dict keys are specc's checkpoint names.
 
     model = build()                             # weights: WEIGHTS, or the seeded initialisation
     {usage}
 """
 
-from __future__ import annotations
-
 '''
+    header += """from __future__ import annotations
+
+"""
     tail = f'''
 
 WEIGHTS = {weights_file!r}  # safetensors beside this file (specc names), or None for the seeded initialisation
@@ -154,26 +167,19 @@ DTYPES = {{"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 def build(weights: str | None = WEIGHTS, device: str | None = None, dtype: str | None = None) -> {src.root}:
     """The model on ``device`` (default CPU) in ``dtype`` (default the spec's), in eval mode."""
-    dt = DTYPES[dtype or {src.root}.META["dtype"]]
+    dt, device = DTYPES[dtype or {src.root}.META["dtype"]], device or "cpu"
     with torch.device("meta"):
         model = {src.root}().to(dt)
     if weights is None:
-        model.to_empty(device=device or "cpu")
-        model.init_weights()
+        model.to_empty(device=device).init_weights()
     else:
-        from pathlib import Path
-
         from safetensors.torch import load_file
-
-        tensors = load_file(str(Path(__file__).resolve().parent / weights))
-        model.load_state_dict({{k: v.to(device=device or "cpu", dtype=dt) for k, v in tensors.items()}}, assign=True)
-    return model.eval()
-
-
-if __name__ == "__main__":
-    model = build()
-    print(model)
+        model.load_state_dict(load_file(str(Path(__file__).resolve().parent / weights), device=device), assign=True)
+    return model.to(dt).eval()
 '''
+    used = library + src.body + tail
+    imports = [i for i in [*imports, *base] if any(re.search(rf"\b{n}\b", used) for n in _bound_names(i))]
+    imports = _merged_imports(imports)
     text = header + "\n".join(imports) + "\n\n\n" + library + "\n\n\n" + src.body + tail
     return ruff_format(text)
 

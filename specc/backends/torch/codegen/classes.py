@@ -9,10 +9,26 @@ from typing import Any
 from .scopes import Scope, flat_attrs, is_container
 
 LIBRARY_NAMES = {
-    "SelfAttention", "CrossAttention", "MoE", "Model", "State", "KVCache", "RMSNorm", "TiedLinear", "PatchEmbed",
-    "ClsToken", "TypeEmbedding", "LearnedPositions", "SinusoidalPositions", "LearnedPositions2d",
-    "SinusoidalPositions2d", "RNNDecoder", "Rotary",
-}  # fmt: skip
+    "SelfAttention",
+    "CrossAttention",
+    "AttentionCore",
+    "SpeccModel",
+    "MoE",
+    "Model",
+    "State",
+    "KVCache",
+    "RMSNorm",
+    "TiedLinear",
+    "PatchEmbed",
+    "ClsToken",
+    "TypeEmbedding",
+    "LearnedPositions",
+    "SinusoidalPositions",
+    "LearnedPositions2d",
+    "SinusoidalPositions2d",
+    "RNNDecoder",
+    "Rotary",
+}
 SCOPE_CLASS_NAMES = {
     "blocks": "Block",
     "layers": "Layer",

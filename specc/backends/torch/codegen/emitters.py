@@ -107,31 +107,68 @@ _emits(
     ctor=lambda op, a: None if op.attrs.get("tied_to") else f"nn.Embedding({a('vocab')}, {a('dim')})",
     structural=("tied_to", "scale"),
 )
-_emits("type_embedding", call=_module_call, ctor=lambda op, a: f"TypeEmbedding({a('vocab')}, {a('dim')})",
-       uses=("TypeEmbedding",))  # fmt: skip
+_emits(
+    "type_embedding",
+    call=_module_call,
+    ctor=lambda op, a: f"TypeEmbedding({a('vocab')}, {a('dim')})",
+    uses=("TypeEmbedding",),
+)
 
 
 def _with_state(op: Op, c: Call) -> str:
     return f"{c.module}({', '.join([*c.args, c.state])})"
 
 
-_emits("learned_pos", call=_with_state, ctor=lambda op, a: f"LearnedPositions({a('positions')}, {a('dim')})",
-       uses=("LearnedPositions",), state=lambda op: True)  # fmt: skip
-_emits("sinusoidal_pos", call=_with_state, ctor=lambda op, a: f"SinusoidalPositions({a('dim')})",
-       uses=("SinusoidalPositions",), state=lambda op: True)  # fmt: skip
-_emits("learned_pos_2d", call=_module_call, uses=("LearnedPositions2d",),
-       ctor=lambda op, a: f"LearnedPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, {'cls': False})})")  # fmt: skip
-_emits("sinusoidal_pos_2d", call=_module_call, uses=("SinusoidalPositions2d",),
-       ctor=lambda op, a: f"SinusoidalPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, {'cls': False})})")  # fmt: skip
-_emits("patch_embed", call=_module_call, uses=("PatchEmbed",), structural=("bias",),
-       ctor=lambda op, a: f"PatchEmbed({a('channels')}, {a('dim')}, {a('patch')}{'' if op.attrs.get('bias') else ', bias=False'})")  # fmt: skip  # noqa: E501
+_emits(
+    "learned_pos",
+    call=_with_state,
+    ctor=lambda op, a: f"LearnedPositions({a('positions')}, {a('dim')})",
+    uses=("LearnedPositions",),
+    state=lambda op: True,
+)
+_emits(
+    "sinusoidal_pos",
+    call=_with_state,
+    ctor=lambda op, a: f"SinusoidalPositions({a('dim')})",
+    uses=("SinusoidalPositions",),
+    state=lambda op: True,
+)
+_emits(
+    "learned_pos_2d",
+    call=_module_call,
+    uses=("LearnedPositions2d",),
+    ctor=lambda op, a: f"LearnedPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, {'cls': False})})",
+)
+_emits(
+    "sinusoidal_pos_2d",
+    call=_module_call,
+    uses=("SinusoidalPositions2d",),
+    ctor=lambda op, a: f"SinusoidalPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, {'cls': False})})",
+)
+_emits(
+    "patch_embed",
+    call=_module_call,
+    uses=("PatchEmbed",),
+    structural=("bias",),
+    ctor=lambda op, a: (
+        f"PatchEmbed({a('channels')}, {a('dim')}, {a('patch')}{'' if op.attrs.get('bias') else ', bias=False'})"
+    ),
+)
 _emits("cls_token", call=_module_call, ctor=lambda op, a: f"ClsToken({a('dim')})", uses=("ClsToken",))
-_emits("layernorm", call=_module_call, structural=("bias",),
-       ctor=lambda op, a: f"nn.LayerNorm({a('dim')}, eps={a('eps')}{'' if op.attrs.get('bias') else ', bias=False'})")  # fmt: skip  # noqa: E501
+_emits(
+    "layernorm",
+    call=_module_call,
+    structural=("bias",),
+    ctor=lambda op, a: f"nn.LayerNorm({a('dim')}, eps={a('eps')}{'' if op.attrs.get('bias') else ', bias=False'})",
+)
 _emits("rmsnorm", call=_module_call, ctor=lambda op, a: f"RMSNorm({a('dim')}, eps={a('eps')})", uses=("RMSNorm",))
 _emits("activation", call=_module_call, ctor=lambda op, a: ACTIVATION_MODULES[op.attrs["fn"]], structural=("fn",))
-_emits("glu", call=lambda op, c: f"{c.module}({c.args[0]}) * {c.args[1]}",
-       ctor=lambda op, a: ACTIVATION_MODULES[op.attrs["fn"]], structural=("fn",))  # fmt: skip
+_emits(
+    "glu",
+    call=lambda op, c: f"{c.module}({c.args[0]}) * {c.args[1]}",
+    ctor=lambda op, a: ACTIVATION_MODULES[op.attrs["fn"]],
+    structural=("fn",),
+)
 _emits("dropout", call=_module_call, ctor=lambda op, a: f"nn.Dropout({a('p')})")
 
 
@@ -142,8 +179,12 @@ def _add_call(op: Op, c: Call) -> str:
 
 
 _emits("add", call=_add_call, structural=("dropout",), depth=0)
-_emits("pool", call=lambda op, c: f"{c.args[0]}.mean(1)" if op.attrs["mode"] == "mean" else f"{c.args[0]}[:, 0]",
-       structural=("mode",), depth=0)  # fmt: skip
+_emits(
+    "pool",
+    call=lambda op, c: f"{c.args[0]}.mean(1)" if op.attrs["mode"] == "mean" else f"{c.args[0]}[:, 0]",
+    structural=("mode",),
+    depth=0,
+)
 
 SELF_ATTENTION_DEFAULTS = {"mask": "causal", "scale": None, "window": None, "prefix": None, "dropout": 0.0}
 
@@ -166,8 +207,15 @@ def _attention_call(op: Op, c: Call) -> str:
     return f"{c.module}({c.args[0]}, state={c.state})"
 
 
-_emits("attention", call=_attention_call, ctor=_attention_ctor, structural=("cross", "padding"),
-       variant=lambda op: bool(op.attrs.get("rope_dims")), uses=("SelfAttention", "CrossAttention", "Rotary"), state=lambda op: not op.attrs.get("cross"))  # fmt: skip
+_emits(
+    "attention",
+    call=_attention_call,
+    ctor=_attention_ctor,
+    structural=("cross", "padding"),
+    variant=lambda op: bool(op.attrs.get("rope_dims")),
+    uses=("SelfAttention", "CrossAttention", "Rotary"),
+    state=lambda op: not op.attrs.get("cross"),
+)
 
 MOE_DEFAULTS = {
     "expert": "swiglu",
@@ -190,11 +238,18 @@ RNN_MODULES = {"gru": "nn.GRU", "lstm": "nn.LSTM", "rnn": "nn.RNN"}
 
 def _rnn_ctor(op: Op, a: Attr) -> str:
     cls = RNN_MODULES[op.attrs["cell"]]
-    return f"{cls}({a('input_size')}, {a('hidden')}, {a('layers')}, batch_first=True, bidirectional={a('bidirectional')})"
+    return (
+        f"{cls}({a('input_size')}, {a('hidden')}, {a('layers')}, batch_first=True, bidirectional={a('bidirectional')})"
+    )
 
 
-_emits("rnn", call=lambda op, c: f"rnn_states({c.module}, {', '.join(c.args)})", ctor=_rnn_ctor,
-       structural=("cell",), uses=("rnn_states",))  # fmt: skip
+_emits(
+    "rnn",
+    call=lambda op, c: f"rnn_states({c.module}, {', '.join(c.args)})",
+    ctor=_rnn_ctor,
+    structural=("cell",),
+    uses=("rnn_states",),
+)
 
 
 def _rnn_decoder_ctor(op: Op, a: Attr) -> str:

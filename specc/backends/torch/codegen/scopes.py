@@ -96,9 +96,7 @@ def _region_io(ops: list[Op], consumers: dict[str, list[str]], graph_outputs: se
             if owner not in names and v not in inputs:
                 inputs.append(v)
     outputs = [
-        op.name
-        for op in ops
-        if op.name in graph_outputs or any(c not in names for c in consumers.get(op.name, []))
+        op.name for op in ops if op.name in graph_outputs or any(c not in names for c in consumers.get(op.name, []))
     ]
     return inputs, outputs
 

@@ -39,7 +39,7 @@ class Writer:
                 name = v
             elif v.startswith("param:"):
                 name = f"{v[6:].rsplit('.', 2)[-2]}_weight"
-            elif rep.path and v.split(".")[0] != rep.path.split(".")[0]:
+            elif self._stack_of(v) is not None and self._stack_of(v) != rep.ops[0].stack:
                 name = "memory"  # a value from another stack: the encoder's output
             elif "x" not in names:
                 name = "x"
@@ -51,6 +51,9 @@ class Writer:
         plan.input_names = names
         optional = [self.graph.inputs[v].optional if v in self.graph.inputs else False for v in rep.inputs]
         plan.order = [i for i in range(len(names)) if not optional[i]] + [i for i in range(len(names)) if optional[i]]
+
+    def _stack_of(self, value: str) -> str | None:
+        return self.graph.op(value).stack if value in {op.name for op in self.graph.ops()} else None
 
     def forward_params(self, plan: ClassPlan) -> list[str]:
         out = []
@@ -144,7 +147,9 @@ class Body:
         s, units = self.scope, self.scope.units
         if s is self.w.root and s.needs_state:
             follow = self.w.positions_follow
-            self.out += ["if state is None:", f"    state = State(positions_from={follow})" if follow else "    state = State()"]
+            self.out.append(
+                f"state = state or State(positions_from={follow})" if follow else "state = state or State()"
+            )
         j = 0
         while j < len(units):
             loop = self._loop(j)
@@ -234,7 +239,9 @@ class Body:
         )
 
     def _router_owner(self, name: str) -> str:
-        return next(u.key for u in self.scope.units if u.op is not None and u.op.kind == "moe" and u.op.inputs[1] == name)
+        return next(
+            u.key for u in self.scope.units if u.op is not None and u.op.kind == "moe" and u.op.inputs[1] == name
+        )
 
     def _emit_unit(self, j: int) -> None:
         unit, units = self.scope.units[j], self.scope.units
@@ -252,8 +259,10 @@ class Body:
                 and uses[0] == nxt
                 and unit.key not in self.scope.static
                 and (into_return or depth + next_depth <= MAX_INLINE_DEPTH)
-                and len(expr) <= MAX_INLINE_CHARS
-                and not (self.scope is self.w.root and list(self.w.graph.outputs) != ["logits"] and v in self.scope.outputs)
+                and (into_return or len(expr) <= MAX_INLINE_CHARS)
+                and not (
+                    self.scope is self.w.root and list(self.w.graph.outputs) != ["logits"] and v in self.scope.outputs
+                )
                 and (nxt == len(units) or not self._loop(nxt))
             )
             if inline:
@@ -315,6 +324,10 @@ class Body:
         if list(self.w.graph.outputs) == ["logits"]:
             self.out.append(f"return {exprs[0]}")
         elif "logits" in self.w.graph.outputs:
-            self.out += ["if return_all:", f"    return {{{items}}}", f"return {by_value[self.w.graph.outputs['logits']]}"]
+            self.out += [
+                "if return_all:",
+                f"    return {{{items}}}",
+                f"return {by_value[self.w.graph.outputs['logits']]}",
+            ]
         else:
             self.out.append(f"return {{{items}}}")

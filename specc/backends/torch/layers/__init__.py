@@ -1,12 +1,12 @@
 """The layer library of generated models: standard torch modules do the rest.
 
-Each file imports only torch and the standard library (and its siblings), because ``specc compile --target
-python`` copies the definitions a model uses into its standalone model.py.
+Each file but ``extras`` imports only torch and the standard library (and its siblings), because ``specc
+compile --target python`` copies the definitions a model uses into its standalone model.py.
 """
 
 from __future__ import annotations
 
-from .attention import CrossAttention, Rotary, SelfAttention, math_attention
+from .attention import AttentionCore, CrossAttention, Rotary, SelfAttention
 from .embed import (
     ClsToken,
     LearnedPositions,
@@ -19,16 +19,18 @@ from .embed import (
     TypeEmbedding,
     sinusoids,
 )
-from .generation import GenerationError, generate, pick_tokens
+from .extras import SpeccModel, generate, math_attention
+from .generation import GenerationError, pick_tokens
 from .model import Model
 from .moe import MoE
 from .rnn import RNNDecoder, rnn_states
 from .state import KVCache, State, last_positions, reuse
 
-# Files in dependency order: model.py inlines the definitions it uses in this order.
+# Files in dependency order: model.py inlines the definitions it uses in this order (never ``extras``).
 FILES = ("state", "attention", "embed", "moe", "rnn", "generation", "model")
 
 __all__ = [
+    "AttentionCore",
     "ClsToken",
     "CrossAttention",
     "GenerationError",
@@ -44,6 +46,7 @@ __all__ = [
     "SelfAttention",
     "SinusoidalPositions",
     "SinusoidalPositions2d",
+    "SpeccModel",
     "State",
     "TiedLinear",
     "TypeEmbedding",

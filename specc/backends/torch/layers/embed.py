@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .state import State, contiguous_offset, positions_of
+from .state import State
 
 
 def sinusoids(positions: Tensor, dim: int) -> Tensor:
@@ -22,10 +22,7 @@ class LearnedPositions(nn.Embedding):
     """x + table[position] (GPT-2, BERT); positions follow the padding mask when the call has one."""
 
     def forward(self, x: Tensor, state: State | None = None) -> Tensor:  # type: ignore[override]
-        start = contiguous_offset(state)
-        if start is not None:
-            return x + self.weight[start : start + x.shape[1]]
-        return x + F.embedding(positions_of(state, x.shape[1], x.device), self.weight)
+        return x + super().forward((state or State()).positions(x.shape[1], x.device))
 
 
 class SinusoidalPositions(nn.Module):
@@ -36,7 +33,7 @@ class SinusoidalPositions(nn.Module):
         self.dim = dim
 
     def forward(self, x: Tensor, state: State | None = None) -> Tensor:
-        return x + sinusoids(positions_of(state, x.shape[1], x.device), self.dim).to(x.dtype)
+        return x + sinusoids((state or State()).positions(x.shape[1], x.device), self.dim).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"

@@ -1,17 +1,14 @@
-"""The model base class: named inputs and outputs, seeded initialisation, attention maps, decoding steps."""
+"""The base of generated models: seeded initialisation, prefill and one-step decoding, generation."""
 
 from __future__ import annotations
 
-import contextlib
-import math
 import re
-from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from .generation import generate
+from .generation import GenerationError, pick_tokens
 from .state import KVCache, State
 
 
@@ -25,114 +22,84 @@ def init_rule(module: nn.Module, local: str) -> str:
 
 
 class Model(nn.Module):
-    """Base of every generated model. Subclasses set the class facts below and define ``forward``."""
+    """Subclasses set the facts below and define ``forward``."""
 
-    INPUTS: tuple[str, ...] = ()  # forward's tensor arguments, as the graph names them
-    OUTPUTS: tuple[str, ...] = ()  # what ``run`` returns
+    INPUTS: ClassVar[tuple[str, ...]] = ()  # forward's tensor arguments, as the graph names them
+    OUTPUTS: ClassVar[tuple[str, ...]] = ()
     STEP_INPUT: str | None = None  # the input that grows by one token per generated token
-    META: dict[str, Any] = {}  # task, vocab_size, max_positions, init_std, residual_std, seed, ...
+    META: ClassVar[dict[str, Any]] = {}  # task, vocab_size, max_positions, init_std, residual_std, seed, ...
     RESIDUAL = r"$^"  # parameters initialised with std / sqrt(2 · layers)
 
-    # -- running -----------------------------------------------------------------------------------------
-
-    def run(self, inputs: dict[str, Tensor | None], state: State | None = None) -> dict[str, Tensor]:
-        """Every graph output by name, from inputs by name (missing optional inputs are None)."""
-        args = {name: inputs.get(name) for name in self.INPUTS}
-        if "logits" in self.OUTPUTS and len(self.OUTPUTS) > 1:
-            return self(**args, state=state, return_all=True)
-        out = self(**args, state=state)
-        return out if isinstance(out, dict) else {self.OUTPUTS[0]: out}
-
-    @property
-    def attention_impl(self) -> str:
-        """sdpa (fused kernels) | math (explicit softmax), for every attention layer."""
-        return next((m.impl for m in self.modules() if hasattr(m, "impl")), "sdpa")
-
-    @attention_impl.setter
-    def attention_impl(self, impl: str) -> None:
-        if impl not in ("sdpa", "math"):
-            raise ValueError(f"attention impl {impl!r}: use 'sdpa' or 'math'")
-        for m in self.modules():
-            if hasattr(m, "impl"):
-                m.impl = impl
-
-    @contextlib.contextmanager
-    def attention_maps(self) -> Iterator[dict[str, Tensor]]:
-        """Record attention probabilities by scope name on the explicit softmax path, inside the block:
-        attention cores give [B, H, N_q, N_k], recurrent decoders [B, N_dec, N] (the alignment a_{t,i})."""
-        maps: dict[str, Tensor] = {}
-        layers = [(n, m) for n, m in self.named_modules() if hasattr(m, "recorder")]
-        for name, m in layers:
-            m.recorder = (maps, name)
-        try:
-            yield maps
-        finally:
-            for _, m in layers:
-                m.recorder = None
-
-    # -- weights -----------------------------------------------------------------------------------------
-
     def init_weights(self) -> None:
-        """Deterministic initialisation from META (seed, init_std, residual_std): values drawn on the CPU in
-        fp32 from one seeded generator in parameter order, so a seed gives the same weights everywhere."""
-        gen = torch.Generator().manual_seed(int(self.META.get("seed", 0)))
-        residual = re.compile(self.RESIDUAL)
+        """Values drawn on the CPU in fp32 from one seeded generator in parameter order: the same everywhere."""
+        gen = torch.Generator().manual_seed(int(self.META["seed"]))
         with torch.no_grad():
             for owner_name, owner in self.named_modules():
                 for local, param in owner.named_parameters(recurse=False):
-                    name = f"{owner_name}.{local}" if owner_name else local
-                    rule = init_rule(owner, local)
+                    rule, t = init_rule(owner, local), torch.empty(param.shape)
                     if rule in ("zeros", "ones"):
-                        param.fill_(1.0 if rule == "ones" else 0.0)
-                        continue
-                    t = torch.empty(param.shape)
-                    if rule == "rnn":
-                        bound = 1.0 / math.sqrt(getattr(owner, "hidden_size", getattr(owner, "hidden", 1)))
+                        t.fill_(float(rule == "ones"))
+                    elif rule == "rnn":
+                        bound = (owner.hidden_size if isinstance(owner, nn.RNNBase) else owner.hidden) ** -0.5
                         t.uniform_(-bound, bound, generator=gen)
                     else:
-                        std = self.META["residual_std"] if residual.match(name) else self.META["init_std"]
-                        t.normal_(0.0, std, generator=gen)
+                        residual = re.match(self.RESIDUAL, f"{owner_name}.{local}".lstrip("."))
+                        t.normal_(0.0, self.META["residual_std" if residual else "init_std"], generator=gen)
                     param.copy_(t)
 
-    # -- decoding ----------------------------------------------------------------------------------------
-
-    def max_positions(self) -> int | None:
-        """Longest sequence the learned position tables cover (None: unbounded)."""
-        return self.META.get("max_positions")
-
-    @property
-    def step_input(self) -> str:
-        assert self.STEP_INPUT is not None, f"{type(self).__name__} does not generate"
-        return self.STEP_INPUT
-
-    def growing_inputs(self) -> list[str]:
-        """Inputs laid out along the generated sequence (a decoder's attention_mask)."""
-        return ["attention_mask"] if self.META.get("positions_follow") == "attention_mask" else []
-
     def start(self, inputs: dict[str, Tensor | None], max_len: int) -> KVCache:
-        """A cache for up to ``max_len`` tokens; inputs that do not grow (the source sequence) are kept."""
+        """A cache for ``max_len`` tokens, keeping the inputs that do not grow (the source sequence)."""
         cache = KVCache(max_len)
-        cache.inputs = {k: v for k, v in inputs.items() if k != self.step_input and k not in self.growing_inputs()}
+        cache.inputs = {
+            k: v for k, v in inputs.items() if k not in (self.STEP_INPUT, self.META.get("positions_follow"))
+        }
         return cache
 
     def step(self, cache: KVCache, tokens: Tensor, **growing: Tensor | None) -> Tensor:
-        """Feed new tokens [B, n] after the cached ones; returns the logits of the last position [B, 1, V]."""
-        mask = growing.get("attention_mask") if self.growing_inputs() else None
-        state = State(cache, positions_from=mask, last_only=True)
-        args = {name: cache.inputs.get(name) for name in self.INPUTS}
-        args.update(growing)
-        args[self.step_input] = tokens
-        logits = self.run(args, state)["logits"]
+        """Feed tokens [B, n] after the cached ones (and the mask so far); logits of the last position [B, 1, V]."""
+        state = State(cache, growing.get(self.META.get("positions_follow")), last_only=True)
+        args = {**cache.inputs, **growing, self.STEP_INPUT: tokens}
+        logits = self(**{k: args.get(k) for k in self.INPUTS}, state=state)
         cache.length += tokens.shape[1]
         return logits
 
-    def generate(self, input_ids: Tensor, max_new_tokens: int, **options: Any) -> Tensor:
-        """Greedy or sampled continuation with the KV cache; see ``generate`` for the options."""
-        return generate(self, input_ids, max_new_tokens, **options)
-
-    def aux_loss(self) -> Tensor | None:
-        """Sum of the MoE load-balancing losses of the last training forward (None without MoE or coef)."""
-        losses = [m.aux_loss for m in self.modules() if isinstance(getattr(m, "aux_loss", None), Tensor)]
-        return torch.stack(losses).sum() if losses else None
-
-
+    @torch.no_grad()  # not inference_mode: the returned ids may feed a model that trains
+    def generate(
+        self, input_ids: Tensor, max_new_tokens: int, attention_mask: Tensor | None = None, **options: Any
+    ) -> Tensor:
+        """The sequence with up to ``max_new_tokens`` appended: decoders extend ``input_ids`` (left padding
+        allowed), encoder-decoders ``decoder_input_ids`` (default: ``decoder_start_token_id``, 1). Options:
+        temperature, top_k, top_p, seed (sampling), eos_token_id, use_cache (False: recompute every step)."""
+        known = {"temperature", "top_k", "top_p", "seed", "eos_token_id", "use_cache", "decoder_input_ids",
+                 "decoder_start_token_id"}  # fmt: skip
+        if set(options) - known:
+            raise TypeError(f"generate() got unexpected options {sorted(set(options) - known)}")
+        seq2seq, eos = self.STEP_INPUT == "decoder_input_ids", options.get("eos_token_id")
+        start = input_ids.new_full((len(input_ids), 1), options.get("decoder_start_token_id", 1))
+        prompt = options.get("decoder_input_ids", start) if seq2seq else input_ids
+        (b, n), limit = prompt.shape, self.META.get("max_positions")
+        if limit is not None and n + max_new_tokens > limit:
+            raise GenerationError(f"{n} prompt + {max_new_tokens} new tokens exceed the {limit} learned positions")
+        tokens = torch.cat((prompt, prompt.new_zeros(b, max_new_tokens)), 1)
+        fixed = {"input_ids": input_ids, "attention_mask": attention_mask} if seq2seq else {}
+        grow = None if seq2seq or attention_mask is None else attention_mask.new_ones(b, max_new_tokens)
+        mask = None if grow is None else torch.cat((attention_mask, grow), 1)
+        gen = None if options.get("seed") is None else torch.Generator(prompt.device).manual_seed(options["seed"])
+        done, was_training = torch.zeros(b, dtype=torch.bool, device=prompt.device), self.training
+        cache = self.start(fixed, tokens.shape[1]) if options.get("use_cache", True) else None
+        try:
+            self.eval()
+            while n < tokens.shape[1] and not (eos is not None and bool(done.all())):
+                grown = {} if mask is None else {"attention_mask": mask[:, :n]}
+                if cache is not None:
+                    logits = self.step(cache, tokens[:, cache.length : n], **grown)
+                else:
+                    logits = self(**{self.STEP_INPUT: tokens[:, :n], **fixed, **grown})
+                nxt = pick_tokens(logits[:, -1], *(options.get(k) for k in ("temperature", "top_k", "top_p")), gen)
+                if eos is not None:
+                    nxt = nxt.masked_fill(done, eos)
+                    done |= nxt == eos
+                tokens[:, n], n = nxt, n + 1
+        finally:
+            self.train(was_training)
+        return tokens[:, :n]

@@ -48,7 +48,9 @@ class MoE(nn.Module):
         self.aux_loss_coef, self.jitter = aux_loss_coef, jitter
         self.aux_loss: Tensor | None = None
         e = experts
-        names = [("w_gate", (e, hidden, dim)), ("w_up", (e, hidden, dim))] if self.swiglu else [("w_in", (e, hidden, dim))]
+        names = (
+            [("w_gate", (e, hidden, dim)), ("w_up", (e, hidden, dim))] if self.swiglu else [("w_in", (e, hidden, dim))]
+        )
         names.append(("w_down" if self.swiglu else "w_out", (e, dim, hidden)))
         if bias:
             names += [("b_gate", (e, hidden)), ("b_up", (e, hidden))] if self.swiglu else [("b_in", (e, hidden))]

@@ -130,5 +130,3 @@ class RNNDecoder(nn.Module):
 
     def extra_repr(self) -> str:
         return f"cell={self.cell!r}, hidden={self.hidden}, layers={self.layers}, attention={self.attention!r}"
-
-

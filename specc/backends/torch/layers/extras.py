@@ -1,0 +1,112 @@
+"""What specc adds to built models beyond model.py: outputs by name, the explicit softmax path, attention maps,
+the MoE auxiliary loss. Generated sources import ``SpeccModel as Model``; a standalone model.py has the plain
+``Model`` (the same generated classes, without these conveniences)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .attention import AttentionCore
+from .model import Model
+
+
+def math_attention(
+    core: AttentionCore, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float
+) -> tuple[Tensor, Tensor]:
+    """softmax(q kᵀ · scale + mask) v, explicitly: (output, probabilities [B, H, N_q, N_k])."""
+    if k.shape[1] != q.shape[1]:  # GQA: query head j reads kv head j // group, as SDPA's enable_gqa does
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], 1)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * core.scale
+    if causal:
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = scores.float().softmax(-1).to(q.dtype)
+    return torch.matmul(F.dropout(probs, p, True) if p else probs, v), probs
+
+
+def math_kernel(core: AttentionCore, *args: Any) -> Tensor:
+    return math_attention(core, *args)[0]
+
+
+def recording_kernel(maps: dict[str, Tensor], name: str, core: AttentionCore, *args: Any) -> Tensor:
+    y, probs = math_attention(core, *args)
+    maps[name] = probs.detach()
+    return y
+
+
+class SpeccModel(Model):
+    """``Model`` plus what specc's tools use: ``run``, ``attention_impl``, ``attention_maps``, ``aux_loss``."""
+
+    def run(self, inputs: dict[str, Tensor | None], state: Any = None) -> dict[str, Tensor]:
+        """Every graph output by name, from inputs by name (missing optional inputs are None)."""
+        args = {name: inputs.get(name) for name in self.INPUTS}
+        if "logits" in self.OUTPUTS and len(self.OUTPUTS) > 1:
+            return self(**args, state=state, return_all=True)
+        out = self(**args, state=state)
+        return out if isinstance(out, dict) else {self.OUTPUTS[0]: out}
+
+    @property
+    def attention_impl(self) -> str:
+        """sdpa (fused kernels) | math (explicit softmax), for every attention layer."""
+        cores = [m for m in self.modules() if isinstance(m, AttentionCore)]
+        return "math" if cores and all(m.kernel is math_kernel for m in cores) else "sdpa"
+
+    @attention_impl.setter
+    def attention_impl(self, impl: str) -> None:
+        if impl not in ("sdpa", "math"):
+            raise ValueError(f"attention impl {impl!r}: use 'sdpa' or 'math'")
+        for m in self.modules():
+            if isinstance(m, AttentionCore):
+                m.kernel = math_kernel if impl == "math" else None
+
+    @contextlib.contextmanager
+    def attention_maps(self) -> Iterator[dict[str, Tensor]]:
+        """Record attention probabilities by scope name inside the block, on the explicit softmax path:
+        attention cores give [B, H, N_q, N_k], recurrent decoders [B, N_dec, N] (the alignment a_{t,i})."""
+        maps: dict[str, Tensor] = {}
+        saved = []
+        for name, m in self.named_modules():
+            if isinstance(m, AttentionCore):
+                saved.append((m, "kernel", m.kernel))
+                m.kernel = functools.partial(recording_kernel, maps, name)
+            elif hasattr(m, "recorder"):
+                saved.append((m, "recorder", m.recorder))
+                m.recorder = (maps, name)
+        try:
+            yield maps
+        finally:
+            for m, attr, value in saved:
+                setattr(m, attr, value)
+
+    def aux_loss(self) -> Tensor | None:
+        """Sum of the MoE load-balancing losses of the last training forward (None without MoE or coef)."""
+        losses = [m.aux_loss for m in self.modules() if isinstance(getattr(m, "aux_loss", None), Tensor)]
+        return torch.stack(losses).sum() if losses else None
+
+    def max_positions(self) -> int | None:
+        """Longest sequence the learned position tables cover (None: unbounded)."""
+        return self.META.get("max_positions")
+
+    @property
+    def step_input(self) -> str:
+        assert self.STEP_INPUT is not None, f"{type(self).__name__} does not generate"
+        return self.STEP_INPUT
+
+    def growing_inputs(self) -> list[str]:
+        """Inputs laid out along the generated sequence (a decoder's attention_mask)."""
+        follow = self.META.get("positions_follow")
+        return [follow] if follow else []
+
+
+def generate(model: Model, input_ids: Tensor, max_new_tokens: int, **options: Any) -> Tensor:
+    """``model.generate(input_ids, max_new_tokens, **options)``."""
+    return model.generate(input_ids, max_new_tokens, **options)
