@@ -11,6 +11,7 @@ import torch
 from ...errors import SpecError
 from ...ir.graph import LayerGraph
 from ...ir.lower import lower
+from . import kernels
 from .layers import Model
 from .layers.model import init_rule
 from .memory import check_fits
@@ -54,8 +55,10 @@ def build_torch(
     anything is allocated. ``weights``: a .safetensors path (specc names, or a ``specc compile --target
     torch`` checkpoint), a sharded folder or index, or a dict of tensors; names pass through
     ``specc.interop.names.to_specc_names``. Without weights the parameters are initialised from the spec's
-    seed. ``dtype`` defaults to the spec's; ``device`` to the CPU. Returned in eval mode; ``model.graph`` is
-    the layer graph it came from and ``type(model).SOURCE`` its generated source.
+    seed. ``dtype`` defaults to the spec's; ``device`` to the CPU. On the CPU every linear layer runs the
+    kernel measured fastest for its shape on this machine (``specc.backends.torch.kernels``; plain F.linear
+    for training, tracing, compiling and counting). Returned in eval mode; ``model.graph`` is the layer graph
+    it came from and ``type(model).SOURCE`` its generated source.
     """
     graph = as_graph(spec)
     cls = model_class(graph)
@@ -73,6 +76,8 @@ def build_torch(
             model.to_empty(device=dev)
             model.init_weights()
     model.graph = graph
+    if dev.type == "cpu":
+        kernels.accelerate(model)  # each linear's kernel measured on this CPU at first use (SPECC_KERNELS=torch: off)
     return model.eval()
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -45,23 +44,22 @@ def compile_checkpoint(
 
 
 def read_spec(path: str | os.PathLike[str]) -> Any:
-    """The validated spec stored in a checkpoint written by ``compile_checkpoint``."""
-    from safetensors import SafetensorError, safe_open
+    """The validated spec stored in a checkpoint written by ``compile_checkpoint``.
 
-    from ...spec.loader import load_spec
+    The stored spec is data: a JSON object validated as it is (never a path or preset name, no ``extends:``).
+    """
+    from ...interop.checkpoint import read_header
+    from ...spec.loader import load_embedded_spec
 
-    try:
-        with safe_open(os.fspath(path), "pt") as f:
-            metadata = f.metadata() or {}
-    except (SafetensorError, OSError) as e:
-        raise SpecError(f"cannot read safetensors: {e}", file=os.fspath(path)) from None
+    name = os.fspath(path)
+    metadata = read_header(path, "a safetensors checkpoint").metadata
     if SPEC_KEY not in metadata:
         raise SpecError(
             "this safetensors file has no specc spec in its metadata",
-            file=os.fspath(path),
+            file=name,
             hint="pass the spec and use the file as --weights, or write it with `specc compile --target torch`",
         )
-    return load_spec(json.loads(metadata[SPEC_KEY]))
+    return load_embedded_spec(metadata[SPEC_KEY], name, SPEC_KEY)
 
 
 def load_checkpoint(

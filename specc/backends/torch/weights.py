@@ -13,13 +13,22 @@ from ...ir.graph import LayerGraph
 
 
 def read_weights(source: str | os.PathLike[str] | dict[str, Any], graph: LayerGraph) -> dict[str, torch.Tensor]:
-    """Tensors by IR parameter name; missing, unexpected and mis-shaped tensors are reported by name."""
+    """Tensors by IR parameter name; missing, unexpected and mis-shaped tensors are reported by name.
+
+    Weights must be float32, float16 or bfloat16 (they are cast to the model's dtype like any checkpoint);
+    integer, boolean, float64 and float8 tensors are refused rather than converted, and so are NaN and infinite
+    values, each naming the tensor.
+    """
     if isinstance(source, dict):
         tensors = dict(source)
         origin = "weights"
+        bad = [k for k, v in tensors.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+        if bad:
+            raise SpecError(f"weights must map names to torch tensors; {bad[0]!r} does not", file=origin)
     else:
         origin = os.fspath(source)
         tensors = load_safetensors(origin)
+    check_finite(tensors, origin)
     tensors = to_specc_names(graph, tensors)
     if isinstance(source, dict):  # the model takes ownership of what it loads: never alias the caller's tensors
         tensors = {name: t.detach().clone() for name, t in tensors.items()}
@@ -42,18 +51,44 @@ def read_weights(source: str | os.PathLike[str] | dict[str, Any], graph: LayerGr
             file=origin,
             hint="tensor names must be specc scope names (see `specc graph SPEC`) or a known checkpoint layout",
         )
+    check_dtypes(tensors, origin)
     return tensors
+
+
+def check_dtypes(tensors: dict[str, torch.Tensor], origin: str) -> None:
+    """Weights are floating point of a dtype specc loads exactly."""
+    wrong = sorted(f"{n} ({str(t.dtype).removeprefix('torch.')})" for n, t in tensors.items() if t.dtype not in FLOATS)
+    if wrong:
+        raise SpecError(
+            f"weights must be float32, float16 or bfloat16; {len(wrong)} tensor(s) are not: {', '.join(wrong[:4])}"
+            + (", ..." if len(wrong) > 4 else ""),
+            file=origin,
+            hint="integer and boolean tensors are not weights, and float64 / float8 would be rounded silently: "
+            "convert the checkpoint to float32 first",
+        )
+
+
+def check_finite(tensors: dict[str, torch.Tensor], origin: str) -> None:
+    """No NaN or infinite value in any floating-point tensor (named as stored)."""
+    for n in sorted(tensors):
+        t = tensors[n]
+        if t.dtype in (*FLOATS, torch.float64) and t.numel() and not bool(torch.isfinite(t).all()):
+            kind = "NaN" if bool(torch.isnan(t).any()) else "infinite"
+            count = int((~torch.isfinite(t)).sum())
+            raise SpecError(
+                f"weight {n} holds {count:,} {kind} value(s)",
+                file=origin,
+                hint="the checkpoint is damaged or diverged in training; a model with it computes NaN",
+            )
+
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def load_safetensors(path: str) -> dict[str, torch.Tensor]:
     """One .safetensors file, a sharded checkpoint's index, or a folder holding either (as save_pretrained writes)."""
-    from safetensors import SafetensorError
-
     from ...interop.checkpoint import load
 
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise SpecError(f"no such weights file: {path}", file=path)
-    try:
-        return load(path)
-    except (SafetensorError, OSError, ValueError, KeyError) as e:
-        raise SpecError(f"cannot read safetensors: {e}", file=path) from None
+    return load(path)
