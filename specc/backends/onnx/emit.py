@@ -36,4 +36,4 @@ def emit_ops(b: GraphBuilder, ops: Iterable[Op]) -> None:
 
 
 def _load_emitters() -> None:
-    from . import ops_attention, ops_dense, ops_embed, ops_moe, ops_rnn  # noqa: F401  (registration)
+    from . import graph_rnn, ops_attention, ops_dense, ops_embed, ops_moe, ops_rnn  # noqa: F401  (registration)

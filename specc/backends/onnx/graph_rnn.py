@@ -24,7 +24,7 @@ from onnx import TensorProto
 
 from ...ir.graph import LayerGraph, Op
 from .builder import ExportOptions, GraphBuilder
-from .emit import emit_ops
+from .emit import emit_ops, emits
 from .ops_dense import weight_t
 from .ops_rnn import rnn_layer
 
@@ -80,27 +80,14 @@ def _step(g: LayerGraph, dec: Op, weights: Mapping[str, np.ndarray], opts: Expor
         enc = mask = ""
         context = b.add_input("context", b.ftype, ["batch", a["enc_dim"]])
     else:
+        context = ""
         enc = b.add_input("encoder_hidden_states", b.ftype, ["batch", "sequence", a["enc_dim"]])
         mask = b.add_input("attention_mask", INT64, ["batch", "sequence"]) if opts.padding_mask else ""
 
-    embed = g.op(dec.inputs[0])
-    emit_ops(b, [embed])
-    y = b.op("Squeeze", [b.values[embed.name], b.i64(1)], scope=dec.name)  # [B, emb]
-    top = b.op("Gather", [state, b.scalar_i64(n_layers - 1)], scope=dec.name, axis=0)  # s_{t-1} of the top layer
-    weights_out = ""
-    if att == "bahdanau":
-        context, weights_out = _attend(b, dec, top, enc, mask)
-        x = b.op("Concat", [y, context], scope=dec.name, axis=-1)
-        s_t, nxt_h, nxt_c = _cell(b, dec, x, state, cstate)
-    elif att == "none":
-        x = b.op("Concat", [y, context], scope=dec.name, axis=-1)
-        s_t, nxt_h, nxt_c = _cell(b, dec, x, state, cstate)
-    else:  # Luong: the cell first, then attend with the new state
-        s_t, nxt_h, nxt_c = _cell(b, dec, y, state, cstate)
-        context, weights_out = _attend(b, dec, s_t, enc, mask)
-    out = b.op("Unsqueeze", [b.op("Concat", [s_t, context], scope=dec.name, axis=-1), b.i64(1)], scope=dec.name)
-    b.values[dec.name] = out  # [B, 1, hidden + enc_dim]
-    emit_ops(b, [op for op in g.ops() if dec.name in op.inputs])
+    b.memo["rnn_step"] = {"state": state, "cell_state": cstate, "context": context}
+    b.values[dec.inputs[1]], b.values["attention_mask"] = enc, mask
+    emit_ops(b, [g.op(dec.inputs[0]), dec, *(op for op in g.ops() if dec.name in op.inputs)])
+    nxt_h, nxt_c, weights_out = (b.memo["rnn_step"][k] for k in ("next_state", "next_cell_state", "weights"))
     head = g.outputs["logits"]
     vocab = g.op(head).shape[-1]
     b.add_output("logits", b.values[head], b.ftype, ["batch", 1, vocab])
@@ -110,6 +97,31 @@ def _step(g: LayerGraph, dec: Op, weights: Mapping[str, np.ndarray], opts: Expor
     if weights_out:
         b.add_output("attention_weights", weights_out, b.ftype, ["batch", 1, "sequence"])
     return b.model(doc=f"specc rnn_seq2seq {g.meta.get('name')}: one decoder step")
+
+
+@emits("rnn_decoder")
+def make_rnn_decoder(b: GraphBuilder, dec: Op, xs: list[str]) -> str:
+    """One decoder step [B, 1, hidden + enc_dim] from the previous state; the step graph (``_step``) puts the
+    state inputs in ``b.memo["rnn_step"]`` and reads the next state from it (the loop lives in the runtime)."""
+    step = b.memo.get("rnn_step")
+    if step is None:
+        raise NotImplementedError(f"{dec.name}: rnn_decoder exports as one step (the decoder_step graph)")
+    att = dec.attrs["attention"]
+    state, cstate, context = step["state"], step["cell_state"], step["context"]
+    enc, mask = xs[1], xs[2] if len(xs) > 2 else ""
+    y = b.op("Squeeze", [xs[0], b.i64(1)], scope=dec.name)  # [B, emb]
+    top = b.op("Gather", [state, b.scalar_i64(dec.attrs["layers"] - 1)], scope=dec.name, axis=0)  # s_{t-1}, top layer
+    weights_out = ""
+    if att == "bahdanau":
+        context, weights_out = _attend(b, dec, top, enc, mask)
+        s_t, nxt_h, nxt_c = _cell(b, dec, b.op("Concat", [y, context], scope=dec.name, axis=-1), state, cstate)
+    elif att == "none":
+        s_t, nxt_h, nxt_c = _cell(b, dec, b.op("Concat", [y, context], scope=dec.name, axis=-1), state, cstate)
+    else:  # Luong: the cell first, then attend with the new state
+        s_t, nxt_h, nxt_c = _cell(b, dec, y, state, cstate)
+        context, weights_out = _attend(b, dec, s_t, enc, mask)
+    step.update(next_state=nxt_h, next_cell_state=nxt_c, weights=weights_out)
+    return b.op("Unsqueeze", [b.op("Concat", [s_t, context], scope=dec.name, axis=-1), b.i64(1)], scope=dec.name)
 
 
 def _cell(b: GraphBuilder, dec: Op, x: str, state: str, cstate: str) -> tuple[str, str, str]:
