@@ -93,3 +93,23 @@ def test_model_py_runs_in_a_fresh_interpreter(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "torch.Size([1, 7])"
+
+
+def test_model_signatures_follow_the_graph_inputs() -> None:
+    import inspect
+
+    want = {
+        "gpt2": ["input_ids", "attention_mask", "state"],
+        "bert_mlm": ["input_ids", "attention_mask", "token_type_ids", "state", "return_all"],
+        "transformer": ["input_ids", "decoder_input_ids", "attention_mask", "state"],
+        "vit_cls": ["pixel_values", "state", "return_all"],
+        "gru_bahdanau": ["input_ids", "decoder_input_ids", "attention_mask", "state"],
+    }
+    for case, params in want.items():
+        model = build_torch(tiny(case))
+        assert list(inspect.signature(model.forward).parameters) == params, case
+    bert = build_torch(tiny("bert_mlm"))
+    ids = torch.randint(1, 64, (1, 6))
+    mask, types = torch.tensor([[1, 1, 1, 1, 0, 0]]), torch.tensor([[0, 0, 1, 1, 1, 1]])
+    with torch.no_grad():
+        torch.testing.assert_close(bert(ids, mask, types), bert(ids, attention_mask=mask, token_type_ids=types))

@@ -72,14 +72,21 @@ def check_finite(tensors: dict[str, torch.Tensor], origin: str) -> None:
     """No NaN or infinite value in any floating-point tensor (named as stored)."""
     for n in sorted(tensors):
         t = tensors[n]
-        if t.dtype in (*FLOATS, torch.float64) and t.numel() and not bool(torch.isfinite(t).all()):
-            kind = "NaN" if bool(torch.isnan(t).any()) else "infinite"
-            count = int((~torch.isfinite(t)).sum())
+        if t.dtype in (*FLOATS, torch.float64) and not _finite(t):
+            flat = t.reshape(-1)
+            kind = "NaN" if bool(torch.isnan(flat).any()) else "infinite"
+            count = int((~torch.isfinite(flat)).sum())
             raise SpecError(
                 f"weight {n} holds {count:,} {kind} value(s)",
                 file=origin,
                 hint="the checkpoint is damaged or diverged in training; a model with it computes NaN",
             )
+
+
+def _finite(t: torch.Tensor, chunk: int = 1 << 24) -> bool:
+    """All values finite, checked in chunks so the temporary mask stays small for a large tensor."""
+    flat = t.reshape(-1)
+    return all(bool(torch.isfinite(part).all()) for part in flat.split(chunk))
 
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)

@@ -194,7 +194,7 @@ def _attention_ctor(op: Op, a: Attr) -> str:
     if op.attrs.get("cross"):
         return f"CrossAttention({head}, scale={a('scale')}, dropout={a('dropout')})"
     defaults = dict(SELF_ATTENTION_DEFAULTS)
-    defaults["scale"] = op.attrs["head_dim"] ** -0.5  # written only when it is not 1/√head_dim
+    defaults["scale"] = 1.0 / op.attrs["head_dim"] ** 0.5  # written only when it is not 1/√head_dim
     rope = f", rope=Rotary({a('rope_dims')}, {a('rope_theta')})" if op.attrs.get("rope_dims") else ""
     return f"SelfAttention({head}{_kwargs(a, op, defaults)}{rope})"
 

@@ -50,7 +50,11 @@ class Writer:
             names.append(name)
         plan.input_names = names
         optional = [self.graph.inputs[v].optional if v in self.graph.inputs else False for v in rep.inputs]
-        plan.order = [i for i in range(len(names)) if not optional[i]] + [i for i in range(len(names)) if optional[i]]
+        order = list(range(len(names)))
+        if rep is self.root:  # the model's own signature lists the graph inputs as the graph declares them
+            declared = list(self.graph.inputs)
+            order.sort(key=lambda i: declared.index(rep.inputs[i]) if rep.inputs[i] in declared else -1)
+        plan.order = [i for i in order if not optional[i]] + [i for i in order if optional[i]]
 
     def _stack_of(self, value: str) -> str | None:
         return self.graph.op(value).stack if value in {op.name for op in self.graph.ops()} else None

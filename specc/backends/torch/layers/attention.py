@@ -84,7 +84,7 @@ class AttentionCore(nn.Module):
     def __init__(self, heads: int, kv_heads: int, head_dim: int, scale: float | None = None, dropout: float = 0.0):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.scale, self.dropout = scale or head_dim**-0.5, dropout
+        self.scale, self.dropout = scale or 1.0 / head_dim**0.5, dropout
         self.kernel = None  # None: SDPA; else specc's explicit softmax (attention maps, FLOP counting)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
