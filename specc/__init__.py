@@ -16,11 +16,13 @@ __version__ = "0.1.0"
 from .errors import Diagnostic, SpecError
 from .ir.graph import LayerGraph
 from .ir.lower import lower
+from .read import ReadError
 from .spec.loader import load_spec
 
 __all__ = [
     "Diagnostic",
     "LayerGraph",
+    "ReadError",
     "SpecError",
     "__version__",
     "analyze",

@@ -1,6 +1,6 @@
 """The main job end to end on a preset: validate → lower → analyze → compile to ONNX → run it (generate).
 
-    python -m specc.demo [SPEC] [--out DIR]      (default: the gpt2 preset, outputs in ./out)
+python -m specc.demo [SPEC] [--out DIR]      (default: the gpt2 preset, outputs in ./out)
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from .cli import run
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="scripts/demo", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="scripts/demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("spec", nargs="?", default="gpt2", help="spec file or preset name (default: gpt2)")
     ap.add_argument("--out", default="out", help="folder for the compiled outputs (default: ./out)")
     args = ap.parse_args(argv)

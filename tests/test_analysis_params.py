@@ -57,3 +57,35 @@ def test_tied_head_is_not_counted_twice() -> None:
     untied = analyze(specc.load_spec("gpt2", ["tie_embeddings=false"]), crossover=False).params
     assert untied.total - tied.total == 50257 * 768
     assert (tied.head, untied.head) == (0, 50257 * 768)
+
+
+@pytest.mark.parametrize("case_id", ["bart-tied", "bart-untied", "marian-shared", "marian-unshared"])
+def test_imported_bart_and_marian_count_parameters_as_transformers(cli, tmp_path, case_id: str) -> None:
+    """params.total of an imported model is HF num_parameters(); the differences are their own keys."""
+    import json
+
+    from test_hf_zoo import BY_ID, save
+
+    model, folder = save(BY_ID[case_id], tmp_path / "hf")
+    spec = tmp_path / "spec.yaml"
+    assert cli("import-hf", folder, "-o", spec)[0] == 0
+    code, out, err = cli("analyze", spec, "--format", "json")
+    assert code == 0, err
+    p = json.loads(out)["params"]
+    g = specc.lower(specc.load_spec(spec))
+    assert p["total"] == model.num_parameters()
+    assert p["trainable"] == model.num_parameters(only_trainable=True)
+    assert p["stored"] == g.num_params() == p["total"] - p["frozen"] - p["unused"] + p["buffers"]
+    assert p["reference"] == f"transformers {BY_ID[case_id].arch}"
+    assert p["buffers"] == model.final_logits_bias.numel()  # an HF buffer, specc's lm_head.bias
+    if case_id.startswith("marian"):
+        frozen = sum(t.numel() for n, t in model.named_parameters() if not t.requires_grad)
+        assert p["frozen"] == frozen > 0 and p["unused"] == 0
+    else:
+        assert p["frozen"] == 0 and p["unused"] >= 2 * 2 * model.config.d_model
+
+
+def test_native_specs_have_no_reference_adjustments() -> None:
+    p = analyze("transformer-base", crossover=False).to_dict()["params"]
+    assert p["total"] == p["stored"] == p["trainable"]
+    assert (p["frozen"], p["unused"], p["buffers"], p["reference"]) == (0, 0, 0, None)

@@ -8,10 +8,32 @@ from pathlib import Path
 
 import pytest
 
-TINY_LM = ["--set", "blocks=1", "--set", "d_model=16", "--set", "attention.heads=2", "--set", "vocab_size=50",
-           "--set", "context=16", "--set", "mlp.hidden=32"]
-TINY_S2S = ["--set", "blocks=1", "--set", "d_model=16", "--set", "attention.heads=2", "--set", "vocab_size=40",
-            "--set", "mlp.hidden=32"]
+TINY_LM = [
+    "--set",
+    "blocks=1",
+    "--set",
+    "d_model=16",
+    "--set",
+    "attention.heads=2",
+    "--set",
+    "vocab_size=50",
+    "--set",
+    "context=16",
+    "--set",
+    "mlp.hidden=32",
+]
+TINY_S2S = [
+    "--set",
+    "blocks=1",
+    "--set",
+    "d_model=16",
+    "--set",
+    "attention.heads=2",
+    "--set",
+    "vocab_size=40",
+    "--set",
+    "mlp.hidden=32",
+]
 
 
 def clean_exit_2(result: tuple[int, str, str]) -> str:
@@ -29,8 +51,9 @@ def test_generate_prompt_ids_outside_vocabulary(cli, ids: str) -> None:
 
 @pytest.mark.parametrize("start", ["-1", "40", "500"])
 def test_generate_decoder_start_outside_vocabulary(cli, start: str) -> None:
-    err = clean_exit_2(cli("generate", "transformer-base", *TINY_S2S, "-p", "3 4", "-n", "2",
-                           "--decoder-start-id", start))
+    err = clean_exit_2(
+        cli("generate", "transformer-base", *TINY_S2S, "-p", "3 4", "-n", "2", "--decoder-start-id", start)
+    )
     assert f"--decoder-start-id {start} is outside the vocabulary" in err
 
 

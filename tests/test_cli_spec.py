@@ -69,9 +69,7 @@ def test_graph_formats(cli) -> None:
     assert code == 0 and out.startswith("flowchart TD") and "blocks_0_attn_core --> blocks_0_attn_out" in out
     code, out, _ = cli("graph", "gpt2", "-f", "json")
     g = json.loads(out)
-    total = sum(
-        int(__import__("math").prod(shape)) for op in g["ops"] for shape in op["params"].values()
-    )
+    total = sum(int(__import__("math").prod(shape)) for op in g["ops"] for shape in op["params"].values())
     assert total == 124_439_808
 
 
@@ -112,8 +110,9 @@ def test_debug_shows_traceback_for_user_errors(cli, write_spec) -> None:
 def test_console_entry_point_runs_as_module(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nkind: decoder\nblocks: -1\n")
-    proc = subprocess.run([sys.executable, "-m", "specc", "validate", str(bad)], capture_output=True, text=True,
-                          cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specc", "validate", str(bad)], capture_output=True, text=True, cwd=ROOT
+    )
     assert proc.returncode == 2
     assert f"{bad}:3:1: error: blocks must be ≥ 1, got -1" in proc.stderr
     assert "Traceback" not in proc.stderr

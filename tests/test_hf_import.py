@@ -168,9 +168,17 @@ _LLAMA = {
             "position_embedding_type",
         ),
         (
-            {"architectures": ["ViTModel"], "model_type": "vit", "hidden_size": 32, "num_hidden_layers": 1,
-             "num_attention_heads": 4, "intermediate_size": 64, "image_size": 16, "patch_size": 4,
-             "pooler_act": "relu"},
+            {
+                "architectures": ["ViTModel"],
+                "model_type": "vit",
+                "hidden_size": 32,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 4,
+                "intermediate_size": 64,
+                "image_size": 16,
+                "patch_size": 4,
+                "pooler_act": "relu",
+            },
             "pooler_act",
         ),
         (

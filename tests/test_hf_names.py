@@ -241,8 +241,9 @@ def test_sharded_checkpoint_folder_loads(tmp_path) -> None:
 
     import specc
 
-    spec = specc.load_spec("gpt2", ["blocks=1", "d_model=16", "attention.heads=2", "vocab_size=40", "context=8",
-                                    "mlp.hidden=32"])
+    spec = specc.load_spec(
+        "gpt2", ["blocks=1", "d_model=16", "attention.heads=2", "vocab_size=40", "context=8", "mlp.hidden=32"]
+    )
     state = specc.build_torch(spec).state_dict()
     names = sorted(state)
     half = len(names) // 2

@@ -144,8 +144,14 @@ CASES = [
     Case(
         "vit-model",
         "ViTModel",
-        dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=16,
-             patch_size=4),
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=16,
+            patch_size=4,
+        ),
     ),
     Case(
         "vit-mono",
@@ -217,9 +223,16 @@ CASES = [
 BY_ID = {c.id: c for c in CASES}
 
 
-def build(case: Case, seed: int = 0, std: float = 0.02) -> Any:
-    """The HF model of ``case`` with random weights (norms and biases randomised too), in eval mode. A larger
-    ``std`` gives sharper, more varied next-token choices (tiny models at 0.02 tend to repeat one token)."""
+# Init std of the zoo's random weights. At HF's usual 0.02 the activations are so small that the equivalence
+# tests cannot tell gelu from gelu_tanh (BERT logits move by 1.5e-7), and attention is so uniform that a wrong
+# attention scale or RoPE theta moves the logits by less than 1e-4: weights at 0.3 (and norms and biases
+# randomised by 0.3) make such mistakes fail them (test_hf_equivalence.py::test_a_mutated_import_fails).
+STD = 0.3
+NORM_BIAS_NOISE = 0.3
+
+
+def build(case: Case, seed: int = 0, std: float = STD) -> Any:
+    """The HF model of ``case`` with random weights at ``std`` (norms and biases randomised too), in eval mode."""
     cls = getattr(transformers, case.arch)
     config_cls = getattr(transformers, cls.config_class.__name__)
     kwargs = dict(case.config)
@@ -234,14 +247,14 @@ def build(case: Case, seed: int = 0, std: float = 0.02) -> Any:
     with torch.no_grad():  # non-trivial norms, biases and final_logits_bias so that a dropped one shows
         for name, p in model.named_parameters():
             if name.endswith(("bias", "weight")) and p.dim() == 1:
-                p.add_(torch.randn_like(p) * 0.1)
+                p.add_(torch.randn_like(p) * NORM_BIAS_NOISE)
         for name, b in model.named_buffers():
             if name.endswith("final_logits_bias"):
-                b.add_(torch.randn_like(b) * 0.1)
+                b.add_(torch.randn_like(b) * NORM_BIAS_NOISE)
     return model
 
 
-def save(case: Case, folder: Path, seed: int = 0, std: float = 0.02) -> tuple[Any, Path]:
+def save(case: Case, folder: Path, seed: int = 0, std: float = STD) -> tuple[Any, Path]:
     model = build(case, seed, std)
     out = folder / case.id
     model.save_pretrained(out)

@@ -8,11 +8,14 @@ A profile file::
     bandwidth: 3.35 TB/s          # memory bandwidth
     memory: 80 GB                 # memory size
 
-Numbers may be plain (``3.35e12``) or carry a unit (k/M/G/T/P, ``Gi``-style binary prefixes for bytes).
+Numbers may be plain (``3.35e12``) or carry a unit (k/M/G/T/P, ``Gi``-style binary prefixes for bytes). Every
+number must be finite and between ``MIN_QUANTITY`` and ``MAX_QUANTITY``; ``peak_flops`` names at least one dtype.
+The file is read like a spec (``specc.read``: a regular YAML file of at most 1 MiB).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,15 +72,16 @@ _PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
 _BINARY = {"ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40, "pi": 2.0**50}
 _QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMgGtTpP]i?)?\s*([A-Za-z/]*)\s*$")
 _UNITS = {"flops": ("flop/s", "flops", ""), "bandwidth": ("b/s", "bps", ""), "memory": ("b", "")}
+MIN_QUANTITY, MAX_QUANTITY = 1.0, 1e24  # 1 FLOP/s, byte or byte/s … a yotta: anything outside is a typo
 
 
 def parse_quantity(value: Any, kind: str) -> float:
     """``3.35 TB/s`` → 3.35e12; ``80 GiB`` → 85899345920; plain numbers pass through."""
-    if isinstance(value, bool):
-        raise ValueError("expected a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected a number or a quantity such as '3.35 TB/s', got {type(value).__name__}")
     if isinstance(value, (int, float)):
         return float(value)
-    m = _QUANTITY.match(str(value))
+    m = _QUANTITY.match(value)
     if not m:
         raise ValueError(f"cannot read '{value}' as a quantity")
     number, prefix, unit = m.groups()
@@ -95,9 +99,11 @@ def load_device(ref: str) -> Device:
         return BUILTIN[key]
     path = Path(ref)
     if not path.exists():
-        folder = Path(__file__).resolve().parents[2] / "specs" / "devices" / f"{ref}.yaml"
-        if folder.is_file():
-            path = folder
+        from ..spec.presets import find_device_profile  # package data, plus $SPECC_PRESETS/*/devices
+
+        found = find_device_profile(ref)
+        if found is not None:
+            path = found
         else:
             raise SpecError(
                 f"no device named '{ref}'", file=ref, hint=f"use one of {', '.join(BUILTIN)} or a YAML profile path"
@@ -121,6 +127,11 @@ def _from_document(doc: Located, default_name: str) -> Device:
     if not isinstance(raw_peaks, dict):
         problems.append(doc.loc(("peak_flops",)).diag("peak_flops maps a dtype to FLOP/s", "e.g. {bf16: 989e12}"))
         raw_peaks = {}
+    elif not raw_peaks and "peak_flops" in data:
+        problems.append(doc.loc(("peak_flops",)).diag("peak_flops is empty", "give at least one, e.g. {bf16: 989e12}"))
+    for key in ("name", "source"):
+        if key in data and not isinstance(data[key], str):
+            problems.append(doc.loc((key,)).diag(f"{key} must be text", f'quote it: {key}: "..."'))
     for dtype, v in raw_peaks.items():
         peaks[dtype] = _read(doc, ("peak_flops", dtype), v, "flops", problems)
     bandwidth = _read(doc, ("bandwidth",), data.get("bandwidth", 1), "bandwidth", problems)
@@ -130,7 +141,7 @@ def _from_document(doc: Located, default_name: str) -> Device:
     if problems:
         raise SpecError(problems)
     if not vec:
-        vec = min(peaks.values())
+        vec = min(peaks.values())  # peaks is not empty: checked above
     return Device(str(data.get("name", default_name)), peaks, vec, bandwidth, int(memory), str(data.get("source", "")))
 
 
@@ -140,7 +151,17 @@ def _read(doc: Located, path: tuple[str, ...], value: Any, kind: str, problems: 
     except ValueError as e:
         problems.append(doc.loc(path).diag(f"{'.'.join(path)}: {e}", "write e.g. 3.35e12 or '3.35 TB/s'"))
         return 1.0
+    if not math.isfinite(x):
+        problems.append(doc.loc(path).diag(f"{'.'.join(path)} must be a finite number, got {x}", "e.g. 3.35e12"))
+        return 1.0
     if x <= 0:
         problems.append(doc.loc(path).diag(f"{'.'.join(path)} must be positive"))
+        return 1.0
+    if not MIN_QUANTITY <= x <= MAX_QUANTITY:
+        problems.append(
+            doc.loc(path).diag(
+                f"{'.'.join(path)} = {x:.3g} is outside {MIN_QUANTITY:g}…{MAX_QUANTITY:g}", "check the unit prefix"
+            )
+        )
         return 1.0
     return x

@@ -108,7 +108,7 @@ def analyze(
         useful=useful,
         per_layer=_per_layer(costs),
         shapes=attention_shapes(g, costs, env),
-        memory=memory_items(g, costs, env, params.total, s.bytes, dec, training, recompute),
+        memory=memory_items(g, costs, env, params.stored, s.bytes, dec, training, recompute),
         decode=Totals.of(dcosts) if dcosts is not None else None,
         crossover=_crossover(g, s) if crossover else (None, None),
         notes=_notes(g, s),

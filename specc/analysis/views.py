@@ -45,11 +45,16 @@ def params_section(r: Report) -> Section:
     p = r.params
     s = Section("Parameters", ["", "count", ""])
     s.add("total", fmt.count(p.total), fmt.si(p.total))
+    if p.reference:  # an imported model: the reference implementation's count differs from what specc stores
+        s.add("stored by specc", fmt.count(p.stored), fmt.si(p.stored))
+        if p.frozen:
+            s.add("frozen (computed by specc)", fmt.count(p.frozen), fmt.si(p.frozen))
+        s.notes.append(f"total counts parameters as {p.reference} does (num_parameters()); see params.py")
     s.add("active per token", fmt.count(p.active), fmt.si(p.active))
     s.add("embedding (token/position tables)", fmt.count(p.embedding), fmt.si(p.embedding))
     s.add("non-embedding", fmt.count(p.non_embedding), fmt.si(p.non_embedding))
     s.add("output head (untied)", fmt.count(p.head), fmt.si(p.head))
-    if p.active != p.total:
+    if p.active != p.stored:
         s.notes.append("active: MoE experts counted top-k of E; everything else always active")
     return s
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from ..errors import SpecError
-from .app import Dtype, SetOpt, SpecArg, app, err, load, out
+from . import limits
+from .app import Dtype, SetOpt, SpecArg, app, err, load, out, output
 
 
 class Format(str, Enum):
@@ -24,15 +27,15 @@ class Recompute(str, Enum):
     full = "full"
 
 
-BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="batch size B")]
-SeqOpt = Annotated[int | None, typer.Option("--seq", "-n", min=1, help="sequence length N (default: the context)")]
-DecSeqOpt = Annotated[int | None, typer.Option("--dec-seq", min=1, help="decoder length N_dec (default: N)")]
+BatchOpt = Annotated[int, typer.Option("--batch", "-b", help="batch size B")]
+SeqOpt = Annotated[int | None, typer.Option("--seq", "-n", help="sequence length N (default: the context)")]
+DecSeqOpt = Annotated[int | None, typer.Option("--dec-seq", help="decoder length N_dec (default: N)")]
 DtypeOpt = Annotated[Dtype | None, typer.Option("--dtype", help="fp32 | fp16 | bf16 (default: the spec's)")]
 TrainingOpt = Annotated[bool, typer.Option("--training", help="add gradients, Adam states, training FLOPs")]
 RecomputeOpt = Annotated[
     Recompute, typer.Option("--recompute", help="activation recomputation: none | selective | full")
 ]
-KvOpt = Annotated[int | None, typer.Option("--kv-len", min=1, help="cached keys for the decode step (default: N)")]
+KvOpt = Annotated[int | None, typer.Option("--kv-len", help="cached keys for the decode step (default: N)")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table | json | csv | markdown")]
 DeviceOpt = Annotated[str | None, typer.Option("--device", "-d", help="roofline on h100 | h200 | a100 | profile.yaml")]
 SweepOpt = Annotated[str | None, typer.Option("--sweep", help="e.g. seq=512,1024,...,131072 (also batch=, dec_seq=)")]
@@ -41,6 +44,21 @@ OutputOpt = Annotated[str | None, typer.Option("--output", "-o", help="write the
 
 
 def _options(**kw: Any) -> dict[str, Any]:
+    """The analyzer's settings from the flags, each bounded; the outputs checked before any work."""
+    for name, flag in (("batch", "--batch"), ("seq", "--seq"), ("dec_seq", "--dec-seq"), ("kv_len", "--kv-len")):
+        limits.bounded(kw[name], flag, 1, limits.MAX_SYMBOLIC)
+    limits.argument_length(kw["sweep"], "--sweep")
+    device = kw["device"]
+    inputs = [(device, f"the device profile {device}") if device and Path(device).is_file() else None]
+    if kw["plot"]:
+        from ..io import image_format
+
+        image_format(kw["plot"])
+        output(kw["plot"], *inputs)
+        if kw["output"] and _same_path(kw["plot"], kw["output"]):
+            raise SpecError("--plot and --output name the same file", file=str(kw["plot"]))
+    if kw["output"]:
+        output(kw["output"], *inputs)
     return {
         "batch": kw["batch"],
         "seq": kw["seq"],
@@ -76,10 +94,10 @@ def analyze(
     from ..analysis.serialize import flatten
     from ..analysis.sweep import DEFAULT, parse_sweep, run_sweep, sweep_csv_rows, sweep_section
     from ..analysis.views import report_sections, title
-    from ..ir.lower import lower
 
-    g = lower(load(spec, sets))
+    s = load(spec, sets)  # first: its file is an input no output may replace
     opts = _options(**locals())
+    g = _lower(s)
     if sweep or plot:
         var, values = parse_sweep(sweep or DEFAULT)
         sw = run_sweep(g, var, values, **opts)
@@ -120,10 +138,9 @@ def compare(
     from ..analysis import output as o
     from ..analysis.report import analyze as run
     from ..analysis.sweep import DEFAULT, parse_sweep, run_sweep
-    from ..ir.lower import lower
 
+    graphs = [(label, _lower(load(ref, [*(sets or []), *extra]))) for label, ref, extra in _split_refs(specs)]
     opts = _options(**locals())
-    graphs = [(label, lower(load(ref, [*(sets or []), *extra]))) for label, ref, extra in _split_refs(specs)]
     if sweep or plot:
         var, values = parse_sweep(sweep or DEFAULT)
         sweeps = [run_sweep(g, var, values, **opts) for _, g in graphs]
@@ -161,6 +178,16 @@ def compare(
     )
 
 
+def _lower(spec: Any) -> Any:
+    """The layer graph, carrying the spec's ``source`` (parameter counts follow an imported model's reference
+    implementation: see specc/analysis/params.py)."""
+    from ..ir.lower import lower
+
+    g = lower(spec)
+    g.meta.setdefault("source", getattr(spec, "source", None))
+    return g
+
+
 def _split_refs(specs: list[str]) -> list[tuple[str, str, list[str]]]:
     """``llama2-7b@attention.kv_heads=8`` → (label, "llama2-7b", ["attention.kv_heads=8"]); labels unique."""
     if not specs:
@@ -176,7 +203,11 @@ def _split_refs(specs: list[str]) -> list[tuple[str, str, list[str]]]:
     ]
 
 
-def _stem(ref: str) -> str:
-    from pathlib import Path
+def _same_path(a: str, b: str) -> bool:
+    return os.path.abspath(a) == os.path.abspath(b) or (
+        os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+    )
 
+
+def _stem(ref: str) -> str:
     return Path(ref).stem if ref.endswith((".yaml", ".yml")) else ref

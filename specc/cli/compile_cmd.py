@@ -9,6 +9,21 @@ from typing import Annotated
 import typer
 
 from .app import Dtype, SetOpt, SpecArg, app, load, out
+from .app import output as check_output
+
+
+def weight_files(weights: Path | None) -> list[tuple[Path, str]]:
+    """The files ``--weights`` reads (a file, an index and its shards, a save_pretrained folder's shards)."""
+    if weights is None:
+        return []
+    from ..errors import SpecError
+    from ..interop import checkpoint
+
+    role = f"the weights {weights}"
+    try:
+        return [(weights, role), *((f, role) for f in checkpoint.files(weights))]
+    except (SpecError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return [(weights, role)]  # unreadable: the loader reports it when it reads them
 
 
 class Target(str, Enum):
@@ -42,6 +57,12 @@ def compile_(
     """Compile a spec: weights + spec (torch), a standalone model.py (python) or ONNX with fused attention."""
     s = load(spec, sets)
     path = output or Path(f"{s.name}{_DEFAULT_SUFFIX[target]}")
+    check_output(path, *weight_files(weights))  # before building or exporting anything
+    if target is Target.onnx:
+        from ..backends.onnx.export import step_path
+
+        if s.kind == "rnn_seq2seq":
+            check_output(step_path(path), *weight_files(weights))
     dt = dtype.value if dtype else None
     if target is Target.torch:
         from ..backends.torch.checkpoint import compile_checkpoint

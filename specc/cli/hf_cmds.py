@@ -9,6 +9,7 @@ import typer
 
 from ..errors import SpecError
 from .app import app, err, out
+from .app import output as check_output
 
 
 @app.command("import-hf")
@@ -28,7 +29,13 @@ def import_hf(
     from ..interop import import_hf as do_import
     from ..interop.hf_import import write
     from ..ir.lower import lower
+    from .compile_cmd import weight_files
 
+    config = path / "config.json" if path.is_dir() else path
+    found = checkpoint.find(path) if path.exists() else None
+    inputs = [(config, f"the config {config}"), *weight_files(found)]
+    if output is not None:
+        check_output(output, *inputs)  # before reading anything: a located refusal, nothing overwritten
     imported = do_import(path, name=name)
     g = lower(imported.spec)
     weights = checkpoint.find(path) if check_weights else None
@@ -36,7 +43,9 @@ def import_hf(
         problems = check_names(g, checkpoint.shapes(weights))
         if problems:
             raise SpecError(problems)
-    target = write(imported, output or Path(f"{imported.document['name']}.yaml"))
+    target = output or Path(f"{imported.document['name']}.yaml")
+    check_output(target, *inputs)
+    target = write(imported, target)
     for note in imported.notes:
         err.print(f"note: {note}", markup=False)
     out.print(

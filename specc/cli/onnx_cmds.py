@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +17,7 @@ import typer
 from rich.table import Table
 
 from ..errors import SpecError, check_ids
+from . import limits
 from .app import app, out
 
 
@@ -32,9 +39,9 @@ def run_(
     random: Annotated[str | None, typer.Option("--random", help="random inputs of batch B, length N: B,N")] = None,
     provider: Annotated[Provider, typer.Option("--provider", help="auto | cuda | cpu")] = Provider.auto,
     threads: Annotated[
-        int | None, typer.Option("--threads", min=1, help="intra-op threads (default: usable cores)")
+        int | None, typer.Option("--threads", help="intra-op threads (default: usable cores; at most 4 × cores)")
     ] = None,
-    generate: Annotated[int | None, typer.Option("--generate", min=1, help="greedy-decode N new tokens")] = None,
+    generate: Annotated[int | None, typer.Option("--generate", help="greedy-decode N new tokens")] = None,
     start_id: Annotated[
         int,
         typer.Option(
@@ -42,14 +49,63 @@ def run_(
         ),
     ] = 1,
     eos_id: Annotated[int | None, typer.Option("--eos-id", help="stop a row at this token")] = None,
-    top_k: Annotated[int, typer.Option("--top-k", min=1, help="top-k ids shown per row")] = 5,
+    top_k: Annotated[int, typer.Option("--top-k", help="top-k ids shown per row")] = 5,
     bench: Annotated[bool, typer.Option("--bench", help="latency percentiles and tokens/s")] = False,
-    iters: Annotated[int, typer.Option("--iters", min=1, help="timed repetitions for --bench")] = 20,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="untimed repetitions for --bench")] = 3,
+    iters: Annotated[int, typer.Option("--iters", help="timed repetitions for --bench (at most 10000)")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", help="untimed repetitions for --bench (at most 1000)")] = 3,
     seed: Annotated[int, typer.Option("--seed", help="seed of --random")] = 0,
     verbose: Annotated[bool, typer.Option("--verbose", help="onnxruntime VERBOSE log (kernel choices)")] = False,
 ) -> None:
     """Run an exported model: logits summary and top-k, greedy generation, or a latency benchmark."""
+    limits.threads(threads)
+    limits.bounded(generate, "--generate", 1, limits.MAX_NEW_TOKENS)
+    limits.bounded(top_k, "--top-k", 1, limits.MAX_TOP_K)
+    limits.bounded(iters, "--iters", 1, limits.MAX_ITERS)
+    limits.bounded(warmup, "--warmup", 0, limits.MAX_WARMUP)
+    limits.seed(seed)
+    limits.argument_length(random, "--random")
+    limits.argument_length(input_ids, "--input-ids", 1 << 22)
+    with native_log_filtered(not verbose):
+        _run(model, input_ids, inputs, random, provider, threads, generate, start_id, eos_id, top_k, bench, iters,
+             warmup, seed, verbose)  # fmt: skip
+
+
+_ORT_LOG = re.compile(r"\[[VIWEF]:onnxruntime:|^\s*(\x1b\[[0-9;]*m\s*)+$")
+
+
+@contextlib.contextmanager
+def native_log_filtered(enabled: bool) -> Iterator[None]:
+    """onnxruntime's C++ logger writes coloured lines straight to file descriptor 2, whatever the session's
+    severity, before its exception reaches specc; outside ``--verbose`` those lines are dropped (specc reports
+    the error in its own one line) and anything else written to fd 2 meanwhile is passed on afterwards."""
+    if not enabled:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no file descriptor 2
+        yield
+        return
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            text = capture.read().decode("utf-8", "replace")
+            kept = [line for line in text.splitlines(keepends=True) if not _ORT_LOG.search(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
+def _run(model, input_ids, inputs, random, provider, threads, generate, start_id, eos_id, top_k, bench, iters, warmup,
+         seed, verbose) -> None:  # fmt: skip
     from ..runtime import inputs as rin
     from ..runtime.generate import greedy
     from ..runtime.model import OrtModel
@@ -133,20 +189,19 @@ def _show_outputs(result: dict[str, np.ndarray], top_k: int) -> None:
     for name, v in result.items():
         if name.startswith("present."):
             continue
-        f = v.astype(np.float64) if v.dtype.kind == "f" else v
-        t.add_row(
-            name,
-            str(list(v.shape)),
-            str(v.dtype),
-            f"{f.mean():.4g}",
-            f"{f.std():.4g}",
-            f"{f.min():.4g}",
-            f"{f.max():.4g}",
-            str(int(np.isnan(f).sum())) if v.dtype.kind == "f" else "-",
-        )
+        v = np.asarray(v)
+        if v.size and v.dtype.kind in "biuf":
+            f = v.astype(np.float64)
+            stats = [f"{f.mean():.4g}", f"{f.std():.4g}", f"{f.min():.4g}", f"{f.max():.4g}"]
+        else:  # empty, or not numbers (strings, objects)
+            stats = ["-"] * 4
+        nan = str(int(np.isnan(v).sum())) if v.dtype.kind == "f" else "-"
+        t.add_row(name, str(list(v.shape)), str(v.dtype), *stats, nan)
     out.print(t)
     logits = result.get("logits")
-    if logits is None:
+    if logits is None or np.asarray(logits).ndim not in (2, 3) or not np.asarray(logits).size:
+        return
+    if np.asarray(logits).dtype.kind not in "biuf":
         return
     last = logits[:, -1] if logits.ndim == 3 else logits
     where = "at the last position" if logits.ndim == 3 else "per sample"

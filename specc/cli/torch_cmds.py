@@ -8,14 +8,17 @@ from typing import Annotated
 import typer
 
 from ..errors import SpecError, check_ids
+from . import limits
 from .app import SetOpt, SpecArg, app, load, out
 
 
 def _ids(text: str) -> list[int]:
+    limits.argument_length(text, "--prompt-ids", 16 * limits.MAX_NEW_TOKENS)
     try:
         ids = [int(t) for t in text.replace(",", " ").split()]
     except ValueError:
-        raise SpecError(f"--prompt-ids must be integers separated by spaces, got {text!r}") from None
+        bad = next(t for t in text.replace(",", " ").split() if not t.lstrip("-").isdigit())
+        raise SpecError(f"--prompt-ids must be integers separated by spaces, got {bad[:40]!r}") from None
     if not ids:
         raise SpecError("--prompt-ids is empty", hint='e.g. --prompt-ids "1 2 3"')
     return ids
@@ -25,11 +28,15 @@ def _ids(text: str) -> list[int]:
 def generate(
     spec: SpecArg,
     prompt_ids: Annotated[str, typer.Option("--prompt-ids", "-p", help='prompt token ids, e.g. "1 2 3"')],
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", min=1, help="tokens to generate")] = 20,
-    weights: Annotated[Path | None, typer.Option("--weights", "-w", help="safetensors weights")] = None,
-    temperature: Annotated[float, typer.Option(min=0.0, help="0 = greedy")] = 0.0,
-    top_k: Annotated[int | None, typer.Option("--top-k", min=1, help="sample from the k likeliest")] = None,
-    top_p: Annotated[float | None, typer.Option("--top-p", min=0.0, max=1.0, help="nucleus sampling mass")] = None,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", "-n", help="tokens to generate (at most the model's context)")
+    ] = 20,
+    weights: Annotated[
+        Path | None, typer.Option("--weights", "-w", help="safetensors weights (with a checkpoint: instead of its own)")
+    ] = None,
+    temperature: Annotated[float, typer.Option(help="0 = greedy; else 0.001..100")] = 0.0,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="sample from the k likeliest")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="nucleus sampling mass, 0..1")] = None,
     seed: Annotated[int | None, typer.Option(help="seed of the sampler")] = None,
     eos_id: Annotated[int | None, typer.Option("--eos-id", help="stop once every row produced it")] = None,
     decoder_start_id: Annotated[
@@ -50,6 +57,11 @@ def generate(
 
     from ..backends.torch import GenerationError, build_torch, load_checkpoint
 
+    limits.bounded(max_new_tokens, "--max-new-tokens", 1, limits.MAX_NEW_TOKENS)
+    limits.temperature(temperature)
+    limits.bounded(top_k, "--top-k", 1, limits.MAX_TOP_K)
+    limits.bounded(top_p, "--top-p", 0.0, 1.0)
+    limits.seed(seed)
     ids = _ids(prompt_ids)
     if spec.endswith(".onnx"):
         raise SpecError(
@@ -59,7 +71,12 @@ def generate(
     if spec.endswith(".safetensors") and Path(spec).is_file():
         if sets:
             raise SpecError("--set does not apply to a checkpoint: its spec is stored in the file")
-        model = load_checkpoint(spec)
+        if weights is not None:  # the checkpoint's spec with these weights instead of its own
+            from ..backends.torch.checkpoint import read_spec
+
+            model = build_torch(read_spec(spec), weights=weights)
+        else:
+            model = load_checkpoint(spec)
     else:
         model = build_torch(load(spec, sets), weights=weights)
     if getattr(model, "STEP_INPUT", None) is None:
@@ -69,6 +86,10 @@ def generate(
             hint="generate works with decoder, encoder_decoder and rnn_seq2seq specs",
         )
     meta = model.graph.meta
+    context = meta.get("context")
+    if context and not meta.get("max_positions"):  # learned tables bound prompt + new: the model checks that
+        limits.bounded(max_new_tokens, "--max-new-tokens", 1, min(int(context), limits.MAX_NEW_TOKENS),
+                       "the model's context")  # fmt: skip
     target = meta.get("target_vocab_size") or meta.get("vocab_size")
     check_ids(ids, meta.get("vocab_size"), "prompt id")
     check_ids([decoder_start_id], target, "--decoder-start-id")
@@ -87,4 +108,11 @@ def generate(
         )
     except GenerationError as e:
         raise SpecError(str(e), hint="use fewer tokens, or a spec with a longer context") from None
+    except RuntimeError as e:  # torch.multinomial on NaN / Inf probabilities
+        if "probability tensor" not in str(e):
+            raise
+        raise SpecError(
+            "sampling failed: the model's next-token probabilities are not finite numbers",
+            hint="check the weights for NaN / Inf values, or use --temperature 0 (greedy)",
+        ) from None
     out.print(" ".join(str(t) for t in tokens[0].tolist()))

@@ -11,7 +11,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..errors import SpecError
-from .app import SetOpt, app, err, load, out
+from . import limits
+from .app import SetOpt, app, err, load, note_spec, out
+from .app import output as check_output
 
 
 class RichReporter:
@@ -72,7 +74,7 @@ def train(
     save_every: Annotated[int, typer.Option(help="also write the checkpoint every this many steps")] = 0,
     resume: Annotated[Path | None, typer.Option(help="continue from this checkpoint (its spec, task, step)")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda [cuda if available]")] = None,
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads for torch [all cores]")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads for torch [all cores; at most 4 × cores]")] = None,
     sets: SetOpt = None,
 ) -> None:
     """Train a seq2seq model on a synthetic task, or a decoder LM on characters; write a checkpoint."""
@@ -85,7 +87,8 @@ def train(
 
     if output is None:
         raise SpecError("missing --output / -o", hint="e.g. -o reverse.safetensors")
-    _check_output(output)
+    _check_numbers(locals())
+    _check_outputs(output, spec, text, resume)  # before any training: refused outputs cost nothing
     flags = {
         "task": task, "steps": steps, "batch": batch, "lr": lr, "min_len": min_len, "max_len": max_len,
         "seed": seed, "text": str(text) if text else None, "schedule": schedule.value if schedule else None,
@@ -111,6 +114,7 @@ def train(
         if steps is None:
             raise SpecError("missing --steps", hint="e.g. --steps 2000")
         run = new_run(load(spec, sets), TrainConfig(**{k: v for k, v in flags.items() if v is not None}), dev)
+    _check_config(run.cfg)  # a resumed checkpoint's own settings obey the same bounds
     n_params = sum(p.numel() for p in run.model.parameters())
     lo, hi = run.lengths
     lengths = f"window {hi}" if run.task is None else f"lengths {lo}–{hi} ({run.task.length_meaning})"
@@ -124,13 +128,57 @@ def train(
     out.print(f"wrote {output} (step {run.step})")
 
 
-def _check_output(path: Path) -> None:
-    """Refuse an unwritable output before training, not after it."""
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise SpecError(f"output folder does not exist: {folder}", file=str(path))
-    if path.is_dir():
-        raise SpecError(f"{path} is a directory", file=str(path), hint="give a file name")
+_BOUNDS = {  # option: (TrainConfig field, low, high)
+    "--steps": ("steps", 1, limits.MAX_STEPS),
+    "--batch": ("batch", 1, limits.MAX_BATCH),
+    "--min-len": ("min_len", 1, limits.MAX_TRAIN_LEN),
+    "--max-len": ("max_len", 1, limits.MAX_TRAIN_LEN),
+    "--warmup": ("warmup", 0, limits.MAX_STEPS),
+    "--eval-every": ("eval_every", 1, limits.MAX_STEPS),
+    "--eval-size": ("eval_size", 1, limits.MAX_EVAL_SIZE),
+}
+
+
+def _check_numbers(flags: dict[str, Any]) -> None:
+    for option, (name, lo, hi) in _BOUNDS.items():
+        limits.bounded(flags[name], option, lo, hi)
+    limits.bounded(flags["save_every"], "--save-every", 0, limits.MAX_STEPS)
+    limits.bounded(flags["lr"], "--lr", 1e-12, limits.MAX_LR)
+    limits.seed(flags["seed"])
+    limits.threads(flags["threads"])
+
+
+def _check_config(cfg: Any) -> None:
+    for option, (name, lo, hi) in _BOUNDS.items():
+        limits.bounded(getattr(cfg, name), option, lo, hi)
+    limits.bounded(cfg.lr, "--lr", 1e-12, limits.MAX_LR)
+    limits.seed(cfg.seed)
+
+
+def _check_outputs(output: Path, spec: str | None, text: Path | None, resume: Path | None) -> None:
+    """The checkpoint and its optimizer sidecar: writable, and neither the spec, the text nor (unless it is the
+    checkpoint being continued in place, ``--resume CK -o CK``) a resumed run's files."""
+    from ..train.checkpoint import optimizer_path
+
+    if spec is not None:
+        note_spec(spec)
+    inputs = [(text, f"the --text file {text}") if text else None]
+    replaces: tuple[Path, ...] = ()
+    if resume is not None:
+        side = optimizer_path(resume)
+        inputs += [(resume, f"the checkpoint --resume {resume}"), (side, f"the resumed optimizer state {side}")]
+        replaces = (resume, optimizer_path(resume)) if _same(output, resume) else ()
+    check_output(output, *inputs, replaces=replaces)
+    check_output(optimizer_path(output), *inputs, replaces=replaces)
+    if text is not None and text.is_file() and text.stat().st_size == 0:
+        raise SpecError("the text is empty: there is nothing to train on", file=str(text))
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and a.samefile(b)
+    except OSError:
+        return False
 
 
 def _summary(run: Any, final: dict[str, Any]) -> None:
@@ -162,6 +210,7 @@ def attention_map(
     average: Annotated[bool, typer.Option("--average", help="mean over every layer and head")] = False,
 ) -> None:
     """Heat-map of cross-attention weights: rows = output tokens (greedy), columns = input tokens."""
+    from ..io import image_format
     from ..ir.lower import lower
     from ..train import checkpoint as C
     from ..train.attention import attention_map as compute
@@ -169,6 +218,9 @@ def attention_map(
     from ..train.plot import save_heatmap
     from ..train.session import default_device
 
+    image_format(output)
+    check_output(output, (checkpoint, f"the checkpoint {checkpoint}"))
+    limits.argument_length(input, "--input", 16 * limits.MAX_TRAIN_LEN)
     ck = C.load(checkpoint)
     graph = lower(ck.spec)
     if objective(graph) != SEQ2SEQ:

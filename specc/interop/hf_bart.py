@@ -44,7 +44,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     heads = _same(cfg, "encoder_attention_heads", "decoder_attention_heads")
     hidden = _same(cfg, "encoder_ffn_dim", "decoder_ffn_dim")
     vocab = cfg.positive_int("vocab_size")
-    tie = bool(cfg.get("tie_word_embeddings", True))
+    tie = cfg.flag("tie_word_embeddings", True)
     # Fields old BART configs carry that transformers itself no longer reads (it always builds post-norm
     # with an embedding LayerNorm and 2 offset rows), and training-only ones.
     cfg.ignore("normalize_before", "add_final_layer_norm", "normalize_embedding", "static_position_embeddings")
@@ -52,7 +52,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     cfg.ignore("activation_dropout", "classif_dropout")
     cfg.expect("is_decoder", False, False, "a lone decoder is not an encoder-decoder")
     if marian:
-        shared = bool(cfg.get("share_encoder_decoder_embeddings", True))
+        shared = cfg.flag("share_encoder_decoder_embeddings", True)
         target = cfg.positive_int("decoder_vocab_size", vocab)
         if shared and target != vocab:
             raise cfg.refuse("decoder_vocab_size", f"{target} differs from vocab_size {vocab} with shared embeddings")
@@ -77,7 +77,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             "attention": cfg.dropout("attention_dropout"),
             "residual": cfg.dropout("dropout"),
         },
-        "init": {"std": float(cfg.get("init_std", 0.02)), "scaled_residual": False},
+        "init": {"std": cfg.number("init_std", 0.02), "scaled_residual": False},
     }
     if target != vocab:
         out["target_vocab_size"] = target
@@ -89,7 +89,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         )
     else:
         cfg.notes.append("HF's position tables carry 2 never-read leading rows; they are dropped on load")
-    if cfg.get("scale_embedding", False):
+    if cfg.flag("scale_embedding", False):
         out["embedding_scale"] = "sqrt_d_model"
     return out
 

@@ -41,28 +41,28 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "kind": "encoder",
         "vocab_size": cfg.positive_int("vocab_size"),
         "context": cfg.positive_int("max_position_embeddings"),
-        "type_vocab_size": int(cfg.get("type_vocab_size", 2)),
+        "type_vocab_size": cfg.positive_int("type_vocab_size", 2),
         "d_model": cfg.positive_int("hidden_size"),
         "blocks": cfg.positive_int("num_hidden_layers"),
         "attention": {"heads": cfg.positive_int("num_attention_heads"), "mask": "padding"},
         "norm": {
             "type": "layernorm",
             "placement": "post",
-            "eps": float(cfg.get("layer_norm_eps", 1e-12)),
+            "eps": cfg.number("layer_norm_eps", 1e-12),
             "embedding": True,
         },
         "mlp": {"type": "classic", "hidden": cfg.positive_int("intermediate_size"), "activation": act},
         "position": "learned",
         "head": head,
         "head_activation": act,
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", True)),
+        "tie_embeddings": cfg.flag("tie_word_embeddings", True),
         "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": head == "mlm"},
         "dropout": {
             "embedding": cfg.dropout("hidden_dropout_prob"),
             "attention": cfg.dropout("attention_probs_dropout_prob"),
             "residual": cfg.dropout("hidden_dropout_prob"),
         },
-        "init": {"std": float(cfg.get("initializer_range", 0.02)), "scaled_residual": False},
+        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
     }
 
 

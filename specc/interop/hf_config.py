@@ -4,11 +4,12 @@ unchanged, or refused with an error at its line in the file. Nothing is approxim
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
+from .. import read
 from ..errors import Diagnostic, SpecError
 
 _MISSING = object()
@@ -54,18 +55,12 @@ class HFConfig:
 
     @classmethod
     def read(cls, path: str | Path) -> HFConfig:
+        """A config.json (or a folder holding one), read strictly: a regular UTF-8 file of strict JSON."""
         p = Path(path)
         file = p / "config.json" if p.is_dir() else p
-        if not file.is_file():
-            hint = "give a folder written by save_pretrained, or its config.json"
-            raise SpecError(f"no config.json at {p}", file=str(path), hint=hint)
-        text = file.read_text(encoding="utf-8")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SpecError([Diagnostic(f"not valid JSON: {e.msg}", str(file), e.lineno, e.colno)]) from None
-        if not isinstance(data, dict):
-            raise SpecError("config.json must hold a JSON object", file=str(file))
+        hint = "give a folder written by save_pretrained, or its config.json"
+        data, text = read.read_json(file, "config.json", read.JSON_BYTES, missing=f"no config.json at {p}", hint=hint)
+        data = read.json_object(data, str(file), "config.json")
         return cls(data, str(file), text)
 
     # -- reading ----------------------------------------------------------------------------------------
@@ -113,6 +108,8 @@ class HFConfig:
 
     def activation(self, key: str, default: str) -> str:
         name = self.get(key, default)
+        if not isinstance(name, str):
+            raise self.refuse(key, f"expected an activation name, got {read.json_kind(name)}", 'e.g. "gelu"')
         if name not in ACTIVATIONS:
             raise self.refuse(
                 key,
@@ -122,19 +119,59 @@ class HFConfig:
         return ACTIVATIONS[name]
 
     def dtype(self) -> str:
-        raw = self.data.get("dtype", self.data.get("torch_dtype")) or "float32"
-        return DTYPES.get(str(raw).replace("torch.", ""), "fp32")
+        """The weights' dtype (``dtype``, or transformers 4's ``torch_dtype``); absent means float32."""
+        self._used.update(("dtype", "torch_dtype"))
+        key = "dtype" if self.data.get("dtype") is not None else "torch_dtype"
+        raw = self.data.get(key)
+        if raw is None:
+            return "fp32"
+        name = raw.removeprefix("torch.") if isinstance(raw, str) else None
+        if name not in DTYPES:
+            shown = repr(raw) if isinstance(raw, str) else read.json_kind(raw)
+            raise self.refuse(key, f"{shown} is not a dtype specc builds models in", "float32, float16 or bfloat16")
+        return DTYPES[name]
 
     def num_labels(self) -> int:
         labels = self.get("id2label")
-        if isinstance(labels, dict) and labels:
+        if labels is not None and not isinstance(labels, dict):
+            raise self.refuse("id2label", f"expected an object of labels, got {read.json_kind(labels)}")
+        if labels:
             return len(labels)
-        return int(self.get("num_labels", 2))
+        return self.positive_int("num_labels", 2)
 
     def positive_int(self, key: str, default: Any = _MISSING) -> int:
         value = self.require(key) if default is _MISSING else self.get(key, default)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise self.refuse(key, f"expected a positive whole number, got {value!r}")
+            raise self.refuse(key, f"expected a positive whole number, got {_show(value)}")
+        return value
+
+    def optional_int(self, key: str) -> int | None:
+        """A positive whole number, or None when the field is absent or null."""
+        if self.get(key) is None:
+            return None
+        return self.positive_int(key)
+
+    def number(self, key: str, default: float) -> float:
+        """A finite real number (JSON ints and floats; not booleans, strings or null)."""
+        value = self.get(key, default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise self.refuse(key, f"expected a number, got {_show(value)}", f'e.g. "{key}": {default!r}')
+        return float(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        """A JSON boolean: true or false, never a truthy string or number."""
+        value = self.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.refuse(key, f"expected true or false, got {_show(value)}", f'write "{key}": true or false')
+        return value
+
+    def mapping(self, key: str) -> dict[str, Any] | None:
+        """An object, or None when the field is absent or null."""
+        value = self.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise self.refuse(key, f"expected an object, got {_show(value)}")
         return value
 
     def dropout(self, *keys: str) -> float:
@@ -143,6 +180,13 @@ class HFConfig:
             self._used.add(k)
         for k in keys:
             v = self.data.get(k)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                return float(v)
+            if v is None:
+                continue
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= 1:
+                raise self.refuse(k, f"expected a probability between 0 and 1, got {_show(v)}")
+            return float(v)
         return 0.0
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) and len(value) <= 40 else read.json_kind(value)

@@ -29,7 +29,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     cfg.ignore("reorder_and_upcast_attn", "n_ctx")  # fp32 attention scores (numerics only); n_ctx: unread
     cfg.ignore(*(k for k in cfg.data if k.startswith("summary_")))  # GPT2DoubleHeadsModel only
     attention: dict[str, Any] = {"heads": cfg.positive_int("n_head")}
-    if not cfg.get("scale_attn_weights", True):
+    if not cfg.flag("scale_attn_weights", True):
         attention["scale"] = 1.0
     return {
         "kind": "decoder",
@@ -38,21 +38,21 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "d_model": d,
         "blocks": cfg.positive_int("n_layer"),
         "attention": attention,
-        "norm": {"type": "layernorm", "placement": "pre", "eps": float(cfg.get("layer_norm_epsilon", 1e-5))},
+        "norm": {"type": "layernorm", "placement": "pre", "eps": cfg.number("layer_norm_epsilon", 1e-5)},
         "mlp": {
             "type": "classic",
-            "hidden": cfg.get("n_inner") or 4 * d,
+            "hidden": cfg.optional_int("n_inner") or 4 * d,
             "activation": cfg.activation("activation_function", "gelu_new"),
         },
         "position": "learned",
         "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": False},
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", True)),
+        "tie_embeddings": cfg.flag("tie_word_embeddings", True),
         "dropout": {
             "embedding": cfg.dropout("embd_pdrop"),
             "attention": cfg.dropout("attn_pdrop"),
             "residual": cfg.dropout("resid_pdrop"),
         },
-        "init": {"std": float(cfg.get("initializer_range", 0.02)), "scaled_residual": True},
+        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": True},
     }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from .. import read
 from ..errors import Diagnostic, SpecError
 from ..io import atomic_write
 from ..spec.loader import load_spec
@@ -58,9 +59,12 @@ def import_hf(path: str | os.PathLike[str], name: str | None = None) -> Imported
         notes.append(f"config fields specc does not know (check they leave the model unchanged): {', '.join(unused)}")
     try:
         spec = load_spec(doc)
-    except SpecError as e:
-        diags = [Diagnostic(f"the imported spec is invalid: {d.message}", cfg.path, hint=d.hint) for d in e.diagnostics]
-        raise SpecError(diags) from None
+    except SpecError as e:  # one line: the config's fields have no line-level counterpart in the spec
+        first = e.diagnostics[0]
+        more = f" (and {len(e.diagnostics) - 1} more problems)" if len(e.diagnostics) > 1 else ""
+        raise SpecError(
+            [Diagnostic(f"the imported spec is invalid: {first.message}{more}", cfg.path, hint=first.hint)]
+        ) from None
     return Imported(spec, doc, arch, cfg.path, str(cfg.data.get("transformers_version", "?")), notes)
 
 
@@ -72,6 +76,16 @@ def write(imported: Imported, output: str | os.PathLike[str]) -> Path:
 def _family(cfg: HFConfig) -> tuple[Family, str]:
     archs = cfg.data.get("architectures") or []
     model_type = cfg.data.get("model_type")
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise cfg.refuse(
+            "architectures",
+            f"expected a list of class names, got {read.json_kind(archs)}",
+            'e.g. "architectures": ["LlamaForCausalLM"]',
+        )
+    if model_type is not None and not isinstance(model_type, str):
+        raise cfg.refuse(
+            "model_type", f"expected a name, got {read.json_kind(model_type)}", 'e.g. "model_type": "llama"'
+        )
     arch = archs[0] if archs else DEFAULT_ARCHITECTURE.get(str(model_type))
     if arch is None:
         raise cfg.refuse("model_type", f"model type {model_type!r} is not supported", _supported())

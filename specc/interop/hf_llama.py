@@ -21,13 +21,15 @@ _DENSE = {"mlp.gate": "gate_proj", "mlp.up": "up_proj", "mlp.down": "down_proj"}
 
 def _rotary(cfg: HFConfig) -> dict[str, Any]:
     """RoPE from ``rope_parameters`` (transformers 5) or ``rope_theta`` + ``rope_scaling`` (4.x)."""
-    params = cfg.get("rope_parameters")
+    params = cfg.mapping("rope_parameters")
     key = "rope_parameters"
-    if not isinstance(params, dict):
-        params = dict(cfg.get("rope_scaling") or {})
+    if params is None:
+        params = dict(cfg.mapping("rope_scaling") or {})
         key = "rope_scaling"
-        params.setdefault("rope_theta", cfg.get("rope_theta", 10000.0))
+        params.setdefault("rope_theta", cfg.number("rope_theta", 10000.0))
     kind = params.get("rope_type", params.get("type", "default"))
+    if not isinstance(kind, str):
+        raise cfg.refuse(f"{key}.rope_type", f"expected a name, got {kind!r}")
     if kind != "default":
         raise cfg.refuse(
             f"{key}.rope_type",
@@ -39,24 +41,27 @@ def _rotary(cfg: HFConfig) -> dict[str, Any]:
         raise cfg.refuse(f"{key}.{sorted(extra)[0]}", "this RoPE parameter has no counterpart in specc")
     fraction = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
     if fraction != 1.0:  # Llama-family attention rotates whole heads; a partial factor is not checked against HF
-        raise cfg.refuse("partial_rotary_factor", f"{fraction} is not supported for this family; only 1.0 is")
-    return {"type": "rotary", "theta": float(params["rope_theta"])}
+        raise cfg.refuse("partial_rotary_factor", f"{fraction!r} is not supported for this family; only 1.0 is")
+    theta = params.get("rope_theta", 10000.0)
+    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not 0 < theta < float("inf"):
+        raise cfg.refuse(f"{key}.rope_theta", f"expected a positive number, got {theta!r}", "e.g. 10000.0")
+    return {"type": "rotary", "theta": float(theta)}
 
 
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     moe = arch == "MixtralForCausalLM"
     d, heads = cfg.positive_int("hidden_size"), cfg.positive_int("num_attention_heads")
-    hd = cfg.get("head_dim") or d // heads
+    hd = cfg.optional_int("head_dim") or d // heads
     context = cfg.positive_int("max_position_embeddings")
     cfg.ignore("pretraining_tp", "output_router_logits")  # tp slicing computes the same product
     attention: dict[str, Any] = {"heads": heads, "kv_heads": cfg.positive_int("num_key_value_heads", heads)}
     if hd * heads != d or d % heads:
         attention["head_dim"] = hd
-    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    window = cfg.optional_int("sliding_window") if cfg.flag("use_sliding_window", True) else None
     cfg.ignore("max_window_layers")
     if window is not None and window < context:
         attention.update(mask="sliding_window", window=int(window))
-    bias = bool(cfg.get("attention_bias", False))
+    bias = cfg.flag("attention_bias", False)
     act = cfg.activation("hidden_act", "silu")
     hidden = cfg.positive_int("intermediate_size")
     mlp: dict[str, Any] = {"type": "swiglu", "hidden": hidden, "activation": act}
@@ -70,8 +75,8 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             "activation": act,
             "router": {
                 "normalize": True,  # Mixtral renormalises the top-k softmax weights
-                "aux_loss_coef": float(cfg.get("router_aux_loss_coef", 0.001)),
-                "jitter": float(cfg.get("router_jitter_noise", 0.0)),
+                "aux_loss_coef": cfg.number("router_aux_loss_coef", 0.001),
+                "jitter": cfg.number("router_jitter_noise", 0.0),
             },
         }
     return {
@@ -81,13 +86,13 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "d_model": d,
         "blocks": cfg.positive_int("num_hidden_layers"),
         "attention": attention,
-        "norm": {"type": "rmsnorm", "placement": "pre", "eps": float(cfg.get("rms_norm_eps", 1e-6))},
+        "norm": {"type": "rmsnorm", "placement": "pre", "eps": cfg.number("rms_norm_eps", 1e-6)},
         "mlp": mlp,
         "position": _rotary(cfg),
-        "bias": {"qkv": bias, "out": bias, "mlp": bool(cfg.get("mlp_bias", False)), "norm": False, "head": False},
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "bias": {"qkv": bias, "out": bias, "mlp": cfg.flag("mlp_bias", False), "norm": False, "head": False},
+        "tie_embeddings": cfg.flag("tie_word_embeddings", False),
         "dropout": {"attention": cfg.dropout("attention_dropout")},
-        "init": {"std": float(cfg.get("initializer_range", 0.02)), "scaled_residual": False},
+        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
     }
 
 

@@ -30,7 +30,7 @@ def _square(cfg: HFConfig, key: str) -> int:
         if len(v) != 2 or v[0] != v[1]:
             raise cfg.refuse(key, f"{list(v)} is not square; specc's vit takes one size", "use a square size")
         v = v[0]
-    if not isinstance(v, int) or v < 1:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
         raise cfg.refuse(key, f"expected a positive whole number, got {v!r}")
     return v
 
@@ -58,16 +58,16 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "d_model": hidden,
         "blocks": cfg.positive_int("num_hidden_layers"),
         "attention": {"heads": cfg.positive_int("num_attention_heads"), "mask": "none"},
-        "norm": {"type": "layernorm", "placement": "pre", "eps": float(cfg.get("layer_norm_eps", 1e-12))},
+        "norm": {"type": "layernorm", "placement": "pre", "eps": cfg.number("layer_norm_eps", 1e-12)},
         "mlp": {"type": "classic", "hidden": cfg.positive_int("intermediate_size"), "activation": act},
         "position": "learned",
-        "bias": {"qkv": bool(cfg.get("qkv_bias", True)), "out": True, "mlp": True, "norm": True, "head": True},
+        "bias": {"qkv": cfg.flag("qkv_bias", True), "out": True, "mlp": True, "norm": True, "head": True},
         "dropout": {
             "embedding": cfg.dropout("hidden_dropout_prob"),
             "attention": cfg.dropout("attention_probs_dropout_prob"),
             "residual": cfg.dropout("hidden_dropout_prob"),
         },
-        "init": {"std": float(cfg.get("initializer_range", 0.02)), "scaled_residual": False},
+        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
     }
 
 

@@ -64,6 +64,7 @@ def _meta(spec: Any, family: str, task: str, layers: int, **extra: Any) -> dict[
         "init_std": std,
         "residual_std": residual,
         "seed": spec.init.seed,
+        "source": getattr(spec, "source", None),  # an imported model's reference counts follow it (analysis.params)
         **extra,
     }
 

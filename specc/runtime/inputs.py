@@ -1,15 +1,24 @@
 """Inputs for ``specc run``: parse ids, load .npy, make random inputs, fill defaults, and check everything
-against the model's declared inputs before onnxruntime sees it (so mistakes get one-line errors)."""
+against the model's declared inputs before onnxruntime sees it (so mistakes get one-line errors).
+
+.npy/.npz files are read through ``specc.read`` (regular files of at most ``read.ARRAY_BYTES``, an .npz's
+members counted by their uncompressed size) without pickles; arrays must be numeric with at least one axis.
+"""
 
 from __future__ import annotations
 
 import re
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from .. import read
 from ..errors import SpecError
 from .model import IOSpec, OrtModel
+
+INT64 = np.iinfo(np.int64)
 
 DEFAULT_START_ID = 1  # <bos> of specc's seq2seq vocabularies (specc train: <pad> 0, <bos> 1, <eos> 2)
 
@@ -19,13 +28,16 @@ def parse_ids(text: str) -> np.ndarray:
     rows = []
     for row in text.split(";"):
         items = [t for t in re.split(r"[\s,]+", row.strip()) if t]
-        try:
-            rows.append([int(t) for t in items])
-        except ValueError:
-            bad = next(t for t in items if not re.fullmatch(r"[+-]?\d+", t))
-            raise SpecError(
-                f"--input-ids: {bad!r} is not an integer token id", hint='e.g. --input-ids "1 2 3; 4 5 6"'
-            ) from None
+        bad = next((t for t in items if not re.fullmatch(r"[+-]?\d{1,19}", t)), None)
+        if bad is not None:
+            shown = bad if len(bad) <= 24 else bad[:21] + "..."
+            what = "is too large for a token id" if re.fullmatch(r"[+-]?\d+", bad) else "is not an integer token id"
+            raise SpecError(f"--input-ids: {shown!r} {what}", hint='e.g. --input-ids "1 2 3; 4 5 6"')
+        ints = [int(t) for t in items]
+        big = next((i for i in ints if not INT64.min <= i <= INT64.max), None)
+        if big is not None:
+            raise SpecError(f"--input-ids: {big} is too large for a token id", hint='e.g. --input-ids "1 2 3; 4 5 6"')
+        rows.append(ints)
     if not rows or not rows[0]:
         raise SpecError("--input-ids is empty", hint='e.g. --input-ids "1 2 3"')
     if len({len(r) for r in rows}) != 1:
@@ -46,23 +58,75 @@ def parse_random(text: str) -> tuple[int, int]:
 def load_npy(model: OrtModel, items: list[str]) -> dict[str, np.ndarray]:
     """``--input x.npy`` feeds the first input; ``--input name=x.npy`` a named one; a .npz feeds by key."""
     feeds: dict[str, np.ndarray] = {}
-    first = model.inputs()[0].name
+    declared = model.inputs()
+    first = declared[0].name if declared else ""
     for item in items:
         name, _, file = item.rpartition("=") if "=" in item else ("", "", item)
-        path = Path(file)
-        if not path.is_file():
-            raise SpecError(f"--input: no such file {file}")
-        try:
-            data = np.load(path, allow_pickle=False)
-        except Exception as e:  # numpy raises ValueError / OSError / UnpicklingError variants
-            raise SpecError(
-                f"--input: {path.name} is not a .npy/.npz file ({type(e).__name__})", file=str(path)
-            ) from None
-        if isinstance(data, np.lib.npyio.NpzFile):
-            feeds.update({k: data[k] for k in data.files})
-        else:
-            feeds[name or first] = data
+        for key, value in read_arrays(file).items():
+            feeds[(name or first) if key is None else key] = value
     return feeds
+
+
+def read_arrays(file: str) -> dict[str | None, np.ndarray]:
+    """The arrays of a .npy file (key None) or a .npz file (by member name), checked to be numeric inputs."""
+    path = Path(file)
+    what = "a .npy/.npz file"
+    arrays: dict[str | None, np.ndarray] = {}
+    with read.open_regular(path, what, limit=read.ARRAY_BYTES, missing=f"--input: no such file {file}") as (f, _):
+        head = f.read(4)
+        f.seek(0)
+        try:
+            if head.startswith(b"PK"):
+                with zipfile.ZipFile(f) as z:
+                    total = sum(i.file_size for i in z.infolist())
+                    if total > read.ARRAY_BYTES:
+                        raise SpecError(
+                            f"--input: {path.name} unpacks to {total:,} bytes (at most {read.ARRAY_BYTES:,})",
+                            file=str(path),
+                        )
+                    names = [i.filename for i in z.infolist()]
+                    if len(set(names)) != len(names):
+                        raise SpecError(f"--input: {path.name} holds the same member twice", file=str(path))
+                f.seek(0)
+                with np.load(f, allow_pickle=False) as npz:
+                    for key in npz.files:
+                        arrays[key] = _numeric(_member(npz, key, path), f"{path.name}[{key!r}]", path)
+            else:
+                arrays[None] = _numeric(np.load(f, allow_pickle=False), path.name, path)
+        except SpecError:
+            raise
+        except Exception as e:  # numpy and zipfile raise ValueError / OSError / BadZipFile / EOFError variants
+            raise SpecError(f"--input: {path.name} is not a .npy/.npz file ({_reason(e)})", file=str(path)) from None
+    return arrays
+
+
+def _member(npz: Any, key: str, path: Path) -> np.ndarray:
+    try:
+        return npz[key]
+    except Exception as e:
+        raise SpecError(f"--input: {path.name}[{key!r}] cannot be read ({_reason(e)})", file=str(path)) from None
+
+
+def _reason(e: Exception) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text[:80]}" if text else type(e).__name__
+
+
+def _numeric(value: Any, label: str, path: Path) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        raise SpecError(f"--input: {label} is not an array", file=str(path))
+    if value.dtype.kind not in "biuf":
+        raise SpecError(
+            f"--input: {label} holds {value.dtype} values; inputs are integer ids or floating-point numbers",
+            file=str(path),
+        )
+    if value.ndim == 0:
+        raise SpecError(
+            f"--input: {label} is a 0-d array (a single number); inputs have a batch axis",
+            file=str(path),
+            hint="save it with shape [B, ...], e.g. np.save(path, np.array([[1, 2, 3]]))",
+        )
+    return value
 
 
 def random_inputs(model: OrtModel, batch: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -150,10 +214,24 @@ def _check_one(model: OrtModel, spec: IOSpec, value: np.ndarray) -> np.ndarray:
     if want is None:
         raise SpecError(f"input {spec.name} is {spec.type_name}, which numpy cannot feed", hint="export fp32 or fp16")
     want = np.dtype(want)
+    if value.dtype.kind not in "biuf":
+        raise SpecError(f"input {spec.name} holds {value.dtype} values; inputs are numbers")
     if want.kind in "iu" and value.dtype.kind not in "iub":
         raise SpecError(f"input {spec.name} must hold integers ({want}), got {value.dtype}")
     if want.kind == "f" and value.dtype.kind != "f":
         raise SpecError(f"input {spec.name} must be floating point ({want}), got {value.dtype}")
+    if want.kind in "iu" and value.dtype.kind in "iu" and value.size:
+        lo, hi, limits = int(value.min()), int(value.max()), np.iinfo(want)
+        if lo < limits.min or hi > limits.max:
+            bad = lo if lo < limits.min else hi
+            raise SpecError(f"input {spec.name} holds {bad}, which does not fit {want}")
+    if want.kind == "f" and value.size and not np.isfinite(value).all():
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(value))[0])
+        raise SpecError(f"input {spec.name} holds {value[where]} at {list(where)}; inputs must be finite")
+    if want.kind == "f" and value.dtype.itemsize > want.itemsize and value.size:
+        top = float(np.abs(value).max())
+        if top > np.finfo(want).max:
+            raise SpecError(f"input {spec.name} holds {top:g}, which overflows {want}")
     if value.ndim != len(spec.shape):
         raise SpecError(
             f"input {spec.name} must have {len(spec.shape)} dims {_shape(spec.shape)}, got shape {list(value.shape)}"

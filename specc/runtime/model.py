@@ -1,8 +1,12 @@
-"""An exported specc model opened for inference: its session(s), the spec from the metadata, its I/O."""
+"""An exported specc model opened for inference: its session(s), the spec from the metadata, its I/O.
+
+The files go through ``specc.read`` (regular files only; the RNN decoder-step graph a model names must be a bare
+file name beside it), and specc's metadata is checked before it is used: JSON objects with the types the
+exporter writes. A model without specc metadata (exported by other tools) runs with what its graph declares.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,9 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from .. import read
 from ..errors import SpecError
 from ..spec.serialize import SPEC_KEY
 from .session import open_session
+
+ROLES = ("model", "encoder", "decoder_step")
+# facts of the lowered graph the runtime reads from ``specc.ir_meta``: each a positive whole number or null
+IR_COUNTS = ("vocab_size", "target_vocab_size", "type_vocab_size", "max_positions", "context")
 
 ORT_TYPES = {
     "tensor(int64)": np.int64,
@@ -48,23 +57,29 @@ class OrtModel:
         cls, path: str | os.PathLike[str], provider: str = "auto", threads: int | None = None, verbose: bool = False
     ) -> OrtModel:
         path = Path(path)
+        read.regular_file(path, "an ONNX model", read.ONNX_BYTES)
         sess, active = open_session(path, provider, threads, verbose)
         meta = dict(sess.get_modelmeta().custom_metadata_map)
         role = meta.get("specc.role", "model")
+        if role not in ROLES:
+            raise SpecError(f"metadata 'specc.role' is {role[:40]!r}, not one of {', '.join(ROLES)}", file=str(path))
         sessions = {role: sess}
         if role == "decoder_step":
             raise SpecError(
                 f"{path.name} is the one-step decoder of an RNN seq2seq export",
-                hint=f"run the encoder file {meta.get('specc.encoder', '')} instead",
+                hint=f"run the encoder file {meta.get('specc.encoder', '')[:80]} instead",
             )
         if role == "encoder":
-            step = path.with_name(meta.get("specc.decoder_step", ""))
-            if not step.is_file():
+            step = read.sibling(
+                path.parent, meta.get("specc.decoder_step", ""), str(path), "metadata 'specc.decoder_step'"
+            )
+            if not step.exists():
                 raise SpecError(f"the decoder step graph {step.name} is missing beside {path.name}", file=str(path))
+            read.regular_file(step, "an ONNX model", read.ONNX_BYTES)
             sessions["decoder_step"], _ = open_session(step, active_name(active), threads, verbose)
         model = cls(path, sessions, active, meta)
-        model.spec = json.loads(meta.get(SPEC_KEY, "{}"))
-        model.ir_meta = json.loads(meta.get("specc.ir_meta", "{}"))
+        model.spec = _metadata_object(meta, SPEC_KEY, str(path))
+        model.ir_meta = check_ir_meta(_metadata_object(meta, "specc.ir_meta", str(path)), str(path))
         return model
 
     # -- facts ----------------------------------------------------------------------------------------
@@ -124,6 +139,33 @@ class OrtModel:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise SpecError(f"onnxruntime failed: {first}") from None
         return dict(zip(self.outputs(role), values, strict=True))
+
+
+def _metadata_object(meta: dict[str, str], key: str, file: str) -> dict[str, Any]:
+    text = meta.get(key)
+    if text is None:
+        return {}
+    if len(text) > read.METADATA_BYTES:
+        raise SpecError(f"metadata {key!r} is {len(text):,} characters; at most {read.METADATA_BYTES:,}", file=file)
+    value = read.parse_json(text, file, f"metadata {key!r}", located=False)
+    return read.json_object(value, file, f"metadata {key!r}")
+
+
+def check_ir_meta(ir: dict[str, Any], file: str) -> dict[str, Any]:
+    """The graph facts in ``specc.ir_meta`` have the types the exporter writes."""
+    for key in IR_COUNTS:
+        v = ir.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise SpecError(
+                f"metadata 'specc.ir_meta': {key} must be a positive whole number, got {read.json_kind(v)}",
+                file=file,
+                hint="the model was edited or not exported by specc",
+            )
+    for key in ("task", "family", "name"):
+        v = ir.get(key)
+        if v is not None and not isinstance(v, str):
+            raise SpecError(f"metadata 'specc.ir_meta': {key} must be text, got {read.json_kind(v)}", file=file)
+    return ir
 
 
 def active_name(provider: str) -> str:

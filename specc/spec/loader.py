@@ -2,6 +2,9 @@
 
 Every problem becomes a ``Diagnostic`` at the ``file:line:col`` of the key to blame; all problems of a
 document are reported together in one ``SpecError``.
+
+A spec stored inside an artifact (checkpoint or ONNX metadata) is read by ``load_embedded_spec``: as data only,
+never as a path or preset name, and without following ``extends:``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .. import read
 from ..errors import Diagnostic, SpecError
 from .presets import find_preset, preset_names, resolve_source
 from .rules import RuleViolations
@@ -43,6 +47,30 @@ def load_document(source: str | os.PathLike[str] | Mapping[str, Any]) -> Located
         doc = parse(read_text(path), str(source) if not Path(source).exists() else str(path))
         base = path.parent
     return _resolve_extends(doc, base, seen=())
+
+
+def load_embedded_spec(text: str, origin: str, key: str) -> SpecModel:
+    """The spec an artifact stores as JSON under metadata ``key``: a JSON object validated as it is.
+
+    Nothing in it reaches the filesystem: a string is not a path or preset name, and ``extends:`` is refused.
+    Problems are one line naming the file and the metadata key (the first problem, and how many more).
+    """
+    what = f"metadata {key!r}"
+    data = read.json_object(read.parse_json(text, origin, what, located=False), origin, f"the spec in {what}")
+    if data.get("extends") is not None:
+        raise read.ReadError(
+            f"the spec in {what} has extends: {_show(data['extends'])}; a stored spec is complete and is never "
+            "extended from files or presets",
+            file=origin,
+            hint="the artifact was not written by specc, or was edited",
+        )
+    data = {k: v for k, v in data.items() if k != "extends"}
+    try:
+        return validate(Located(data, {(): Loc(origin)}))
+    except SpecError as e:
+        first = e.diagnostics[0]
+        more = f" (and {len(e.diagnostics) - 1} more)" if len(e.diagnostics) > 1 else ""
+        raise read.ReadError(f"the spec in {what} is invalid: {first.message}{more}", file=origin) from None
 
 
 def _plain_copy(d: Any) -> Any:
@@ -109,6 +137,15 @@ def apply_overrides(doc: Located, overrides: Overrides) -> None:
     items = overrides.items() if isinstance(overrides, Mapping) else (_split(o) for o in overrides)
     for dotted, value in items:
         where = Loc(f"--set {dotted}")
+        if dotted.split(".")[0] == "extends":
+            raise SpecError(
+                [
+                    where.diag(
+                        "extends cannot be set with --set: it is resolved when the spec file is read",
+                        "write `extends: NAME` in the spec file, or pass NAME as the spec and --set the rest",
+                    )
+                ]
+            )
         if isinstance(value, str) and not isinstance(overrides, Mapping):
             value = parse_scalar(value, where)
         path: list[str | int] = []
@@ -288,8 +325,10 @@ def _describe(err: Any, path: Key, root: type[BaseModel] | None, doc: Located) -
     if typ in ("string_type",):
         return where.diag(f"{name}: expected text, got {_show(value)}", 'quote it: "..."')
     if typ in ("model_type", "model_attributes_type", "dict_type"):
-        return where.diag(f"{name}: expected a mapping of keys, got {_show(value)}",
-                          f"write {path[-1] if path else 'it'} as `key: value` lines indented below it")
+        return where.diag(
+            f"{name}: expected a mapping of keys, got {_show(value)}",
+            f"write {path[-1] if path else 'it'} as `key: value` lines indented below it",
+        )
     if typ in ("string_too_short", "string_too_long"):
         return where.diag(f"{name}: {err['msg'].lower()}")
     return where.diag(f"{name}: {err['msg']}")

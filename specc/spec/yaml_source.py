@@ -2,7 +2,9 @@
 
 Only plain data is accepted: mappings, sequences and the standard scalars. Anchors and aliases are refused
 (they are how "billion laughs" bombs are built, and specs have ``extends:`` for reuse), so are explicit tags
-such as ``!!python/object``, duplicate keys (PyYAML would silently keep the last), non-UTF-8 and binary bytes.
+such as ``!!python/object``, duplicate keys (PyYAML would silently keep the last), non-UTF-8 and binary bytes,
+and collections nested deeper than ``MAX_DEPTH`` (refused while the events stream in, before any recursion).
+Files are read through ``specc.read``: regular files only, at most ``MAX_BYTES``.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from typing import Any
 
 import yaml
 
+from .. import read
 from ..errors import Diagnostic, SpecError
 
 Key = tuple[str | int, ...]
-MAX_BYTES = 1 << 20  # a spec is a few hundred bytes; a megabyte is already absurd
+MAX_BYTES = read.SPEC_BYTES  # a spec is a few hundred bytes; a megabyte is already absurd
+MAX_DEPTH = read.MAX_DEPTH  # nested mappings and lists; a spec uses 3
 
 _STANDARD_TAGS = {
     None,
@@ -55,35 +59,21 @@ def _mark(file: str, mark: Any) -> Loc:
     return Loc(file, mark.line + 1, mark.column + 1)
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, what: str = "a spec file") -> str:
+    """The text of a spec (or profile) file: a regular UTF-8 file of at most ``MAX_BYTES``."""
     name = str(path)
-    if not path.exists():
-        raise SpecError(f"no such file: {name}", file=name, hint="check the path, or run `specc presets` for names")
-    if path.is_dir():
-        raise SpecError(f"{name} is a directory, not a spec file", file=name, hint="pass a .yaml file inside it")
-    try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise SpecError(f"file is {size} bytes; a spec is at most {MAX_BYTES}", file=name)
-        raw = path.read_bytes()
-    except OSError as e:
-        raise SpecError(f"cannot read file: {e.strerror}", file=name) from None
-    return decode(raw, name)
+    raw = read.read_bytes(
+        path,
+        what,
+        MAX_BYTES,
+        hint="check the path, or run `specc presets` for names",
+        dir_hint="pass a .yaml file inside it",
+    )
+    return decode(raw, name, what)
 
 
-def decode(raw: bytes, name: str) -> str:
-    if b"\x00" in raw:
-        line = raw[: raw.index(b"\x00")].count(b"\n") + 1
-        raise SpecError([Diagnostic("binary data (NUL byte) in a spec file", name, line, 1, "specs are YAML text")])
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-        raise SpecError(
-            [Diagnostic(f"not UTF-8 text: byte 0x{raw[e.start]:02x} is invalid", name, line, col, "save as UTF-8")]
-        ) from None
-    return text.removeprefix("\ufeff")
+def decode(raw: bytes, name: str, what: str = "a spec file") -> str:
+    return read.decode_text(raw, name, what, "save it as UTF-8")
 
 
 def parse(text: str, file: str) -> Located:
@@ -132,7 +122,20 @@ def parse_scalar(text: str, where: Loc) -> Any:
 
 
 def _check_events(text: str, file: str) -> None:
+    depth = 0
     for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SpecError(
+                    [
+                        _mark(file, ev.start_mark).diag(
+                            f"nested deeper than {MAX_DEPTH} levels", "specs nest a few levels; this is not one"
+                        )
+                    ]
+                )
+        elif isinstance(ev, yaml.CollectionEndEvent):
+            depth -= 1
         if isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None):
             raise SpecError(
                 [

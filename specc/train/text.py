@@ -7,10 +7,11 @@ from pathlib import Path
 
 import torch
 
+from .. import read
 from ..errors import SpecError
 from .vocab import Vocab, char_vocab
 
-MAX_TEXT_BYTES = 256 << 20
+MAX_TEXT_BYTES = read.TEXT_BYTES
 
 
 @dataclass(frozen=True)
@@ -31,14 +32,9 @@ class TextData:
 def read_text(path: str | Path, vocab: Vocab | None = None) -> TextData:
     """Read a UTF-8 text file; with ``vocab`` (from a checkpoint being resumed) its characters must fit it."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecError("no such file" if not p.exists() else "not a file", file=str(p))
-    if p.stat().st_size > MAX_TEXT_BYTES:
-        raise SpecError(f"text file is larger than {MAX_TEXT_BYTES >> 20} MiB", file=str(p))
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise SpecError(f"not UTF-8 text (byte {e.start})", file=str(p)) from None
+    text = read.read_text(p, "a training text", MAX_TEXT_BYTES, missing=f"no such file: {p}")
+    if not text:
+        raise SpecError("the text file is empty", file=str(p), hint="--task lm learns the characters of a text")
     vocab = vocab or char_vocab(text)
     index = {c: i for i, c in enumerate(vocab.symbols)}
     missing = sorted(set(text) - index.keys())
