@@ -107,6 +107,8 @@ def test_padding_mask_is_refused_on_a_decoder_only() -> None:
     assert "attention.mask padding is refused on a decoder: it would make the decoder bidirectional" in text
     assert "padding is applied whenever attention_mask is passed at run time: use mask: causal" in text
     assert resolve.mask(spec(attention={"heads": 4, "mask": "causal"})) == "causal"
+    none = error_of(attention={"heads": 4, "mask": "none"})  # cached decoding could never match a bidirectional one
+    assert "attention.mask none is refused on a decoder: it would make the decoder bidirectional" in none
     # encoders and encoder-decoders take it (an encoder-decoder's mask is its encoder's; its decoder is causal)
     padding, causal = {"heads": 4, "mask": "padding"}, {"heads": 4, "mask": "causal"}
     assert resolve.mask(spec(kind="encoder", attention=padding)) == "padding"

@@ -65,7 +65,7 @@ def test_tracebacks_show_the_generated_line_and_name_the_layer() -> None:
     with pytest.raises(RuntimeError) as info:
         model.blocks[0].attn(torch.randn(1, 4, 31))  # wrong width
     text = "".join(traceback.format_exception(info.value))
-    assert "specc generated" in text and "self.qkv(x)" in text and "in forward" in text
+    assert "specc/generated/m_" in text and "self.qkv(x)" in text and "in forward" in text
 
 
 def test_every_case_generates_source_that_compiles_and_names_classes_after_scopes() -> None:
@@ -85,6 +85,20 @@ def test_pickle_and_deepcopy_find_the_generated_classes() -> None:
     ids = torch.randint(0, 64, (1, 5))
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         torch.testing.assert_close(clone(ids), model(ids))
+
+
+def test_a_saved_model_loads_in_another_process(tmp_path: Path) -> None:
+    model = build_torch(tiny("llama_gqa_rope"))
+    torch.save(model, tmp_path / "m.pt")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        torch.save(model(ids), tmp_path / "want.pt")
+    code = (
+        "import torch; m = torch.load('m.pt', weights_only=False)\n"
+        "with torch.no_grad(): assert torch.equal(m(torch.tensor([[1, 2, 3, 4]])), torch.load('want.pt'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_model_py_runs_in_a_fresh_interpreter(tmp_path: Path) -> None:

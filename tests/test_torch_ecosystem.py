@@ -139,9 +139,10 @@ def test_torch_export_names_the_scopes_in_module_stacks() -> None:
     torch.testing.assert_close(ep.module()(ids), model(ids))
 
 
+@pytest.mark.parametrize("case", ["llama_gqa_rope", "bert_mlm"])
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
-def test_jit_trace(mode: str) -> None:
-    model = model_of("llama_gqa_rope")
+def test_jit_trace(mode: str, case: str) -> None:
+    model = model_of(case)
     ids = torch.randint(0, 64, (1, 6))
     ctx = torch.no_grad() if mode == "no_grad" else torch.inference_mode()
     with ctx:

@@ -127,3 +127,16 @@ def test_cached_generation_with_threads_uses_the_split_gemv_path(case: str) -> N
     ids = _prompt(model)
     torch.set_num_threads(2)  # decoding GEMVs split over 2 row blocks (restored by the autouse fixture)
     assert torch.equal(model.generate(ids, 10), model.generate(ids, 10, use_cache=False))
+
+
+def test_a_prompt_shorter_than_the_prefix_generates_as_recomputation_does() -> None:
+    model = model_of("prefix_partial_rope")  # prefix 4: tokens inside it attend both ways
+    ids = torch.tensor([[5, 9]])
+    assert model.generate(ids, 8).tolist() == model.generate(ids, 8, use_cache=False).tolist()
+
+
+@pytest.mark.parametrize("case", ["sliding_rope", "prefix_partial_rope", "mixtral_moe"])
+def test_forward_runs_on_the_meta_device(case: str) -> None:
+    model = tiny_model(case, device="meta")
+    out = model(torch.randint(0, 64, (2, 6), device="meta"))
+    assert out.is_meta and out.shape == (2, 6, 64)

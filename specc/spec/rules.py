@@ -83,10 +83,10 @@ def _attention(spec: _Transformer) -> Any:
             "each K/V head serves a whole group of query heads: pick kv_heads dividing heads (1 = MQA)",
             also=(("attention", "heads"),),
         )
-    if a.mask == "padding" and isinstance(spec, DecoderSpec):
+    if a.mask in ("padding", "none") and isinstance(spec, DecoderSpec):
         yield Violation(
             ("attention", "mask"),
-            "attention.mask padding is refused on a decoder: it would make the decoder bidirectional",
+            f"attention.mask {a.mask} is refused on a decoder: it would make the decoder bidirectional",
             "decoders are causal, and padding is applied whenever attention_mask is passed at run time: "
             "use mask: causal",
         )

@@ -96,15 +96,13 @@ def _merged_imports(lines: list[str]) -> list[str]:
             froms.setdefault(tree.module, set()).update(a.name for a in tree.names)
 
     def group(torch_part: bool) -> list[str]:
-        mods = sorted({p.split()[0] for p in plain} | set(froms), key=lambda m: m.lower())
-        out = []
-        for m in mods:
-            if m.startswith("torch") != torch_part:
-                continue
-            out += [f"import {p}" for p in sorted(plain) if p.split()[0] == m]
-            if m in froms:
-                out.append(f"from {m} import {', '.join(sorted(froms[m], key=lambda n: (not n[0].isupper(), n)))}")
-        return out
+        def mine(m: str) -> bool:
+            return m.split(".")[0] == "torch" if torch_part else m.split(".")[0] != "torch"
+
+        straight = sorted((p for p in plain if mine(p.split()[0])), key=str.lower)
+        froms_ = sorted((m for m in froms if mine(m)), key=str.lower)
+        names = {m: ", ".join(sorted(froms[m], key=lambda n: (not n[0].isupper(), n))) for m in froms_}
+        return [*(f"import {p}" for p in straight), *(f"from {m} import {names[m]}" for m in froms_)]
 
     return [*group(False), "", *group(True)]
 

@@ -20,7 +20,7 @@ from .writer import Writer
 __all__ = ["EMITTERS", "GeneratedSource", "model_source"]
 
 STEP_INPUTS = {"causal_lm": "input_ids", "seq2seq": "decoder_input_ids"}
-RUNTIME_FACTS = ("dtype", "seed", "init_std", "residual_std", "max_positions", "positions_follow")
+RUNTIME_FACTS = ("dtype", "seed", "init_std", "residual_std", "max_positions", "positions_follow", "prefix")
 LIBRARY = (
     "ClsToken",
     "CrossAttention",
@@ -74,10 +74,13 @@ def model_source(graph: LayerGraph) -> GeneratedSource:
     step = STEP_INPUTS.get(task)
     follow = "attention_mask" if task == "causal_lm" and "attention_mask" in graph.inputs else None
     meta["positions_follow"] = follow
+    prefixes = [op.attrs["prefix"] for op in graph.ops() if op.kind == "attention" and op.attrs["mask"] == "prefix"]
+    if prefixes:
+        meta["prefix"] = max(prefixes)  # cached decoding starts once the sequence covers the prefix
     root = build_tree(graph)
     signatures(root, graph, dynamic_values(graph, step, [follow] if follow else []))
     plans = plan_classes(root, task)
-    w = Writer(graph, plans, root, follow)
+    w = Writer(graph, plans, root, follow, generates=step is not None)
     chunks = []
     for plan in plans.values():
         is_root = plan.rep is root
@@ -106,7 +109,21 @@ def _root_facts(graph: LayerGraph, meta: dict, step: str | None) -> list[str]:
         f"    INPUTS = {lit(tuple(graph.inputs))}",
         f"    OUTPUTS = {lit(tuple(graph.outputs))}",
         f"    STEP_INPUT = {lit(step)}",
-        f'    RESIDUAL = r"{residual_pattern(graph)}"',
+        f"    RESIDUAL = {_long_raw(residual_pattern(graph))}",
         f"    META = {facts}",
         "",
     ]
+
+
+def _long_raw(pattern: str, width: int = 96) -> str:
+    """A raw-string literal, split at ``|`` into implicitly concatenated lines when it is long."""
+    if len(pattern) <= width:
+        return f'r"{pattern}"'
+    parts, line = [], ""
+    for piece in pattern.split("|"):
+        if line and len(line) + len(piece) > width:
+            parts.append(line + "|")
+            line = ""
+        line += ("" if not line else "|") + piece
+    parts.append(line)
+    return "(\n" + "".join(f'        r"{p}"\n' for p in parts) + "    )"

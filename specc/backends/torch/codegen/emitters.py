@@ -192,7 +192,8 @@ SELF_ATTENTION_DEFAULTS = {"mask": "causal", "scale": None, "window": None, "pre
 def _attention_ctor(op: Op, a: Attr) -> str:
     head = f"{a('heads')}, {a('kv_heads')}, {a('head_dim')}"
     if op.attrs.get("cross"):
-        return f"CrossAttention({head}, scale={a('scale')}, dropout={a('dropout')})"
+        defaults = {"scale": 1.0 / op.attrs["head_dim"] ** 0.5, "dropout": 0.0}
+        return f"CrossAttention({head}{_kwargs(a, op, defaults)})"
     defaults = dict(SELF_ATTENTION_DEFAULTS)
     defaults["scale"] = 1.0 / op.attrs["head_dim"] ** 0.5  # written only when it is not 1/√head_dim
     rope = f", rope=Rotary({a('rope_dims')}, {a('rope_theta')})" if op.attrs.get("rope_dims") else ""
@@ -231,7 +232,14 @@ def _moe_ctor(op: Op, a: Attr) -> str:
     return f"MoE({a('experts')}, {a('active')}, {a('dim')}, {a('hidden')}{_kwargs(a, op, MOE_DEFAULTS)})"
 
 
-_emits("moe", call=_module_call, ctor=_moe_ctor, structural=("expert", "bias"), uses=("MoE",))
+_emits(
+    "moe",
+    call=_module_call,
+    ctor=_moe_ctor,
+    structural=("expert", "bias"),
+    uses=("MoE",),
+    variant=lambda op: bool(op.attrs.get("jitter")),
+)  # jitter > 0: the router's input goes through route()
 
 RNN_MODULES = {"gru": "nn.GRU", "lstm": "nn.LSTM", "rnn": "nn.RNN"}
 

@@ -128,7 +128,7 @@ def _wire(scope: Scope, consumers: dict[str, list[str]], graph_outputs: set[str]
 
 def signatures(scope: Scope, graph: LayerGraph, dynamic: set[str]) -> None:
     """Fill ``sig`` (structure + wiring), ``needs_state`` and ``static`` bottom-up."""
-    logits = graph.outputs.get("logits")
+    logits = graph.outputs.get("logits") if dynamic else None  # cut to the last position while decoding
     for unit in scope.units:
         if unit.scope is not None:
             signatures(unit.scope, graph, dynamic)

@@ -20,9 +20,17 @@ def attr_path(rel: str) -> str:
 
 
 class Writer:
-    def __init__(self, graph: LayerGraph, plans: dict[Any, ClassPlan], root: Scope, positions_follow: str | None):
+    def __init__(
+        self,
+        graph: LayerGraph,
+        plans: dict[Any, ClassPlan],
+        root: Scope,
+        positions_follow: str | None,
+        generates: bool = True,
+    ):
         self.graph, self.plans, self.root = graph, plans, root
         self.positions_follow = positions_follow
+        self.generates = generates  # only generating models need the last-position cut before their head
         self.by_scope = {id(m): p for p in plans.values() for m in p.members}
         for plan in plans.values():
             self._name_inputs(plan)
@@ -219,20 +227,21 @@ class Body:
         if unit.op is not None:
             op, e = unit.op, EMITTERS[unit.op.kind]
             vals = [self.value(v) for v in op.inputs]
-            if op.name == self.w.graph.outputs.get("logits"):
+            if op.name == self.w.graph.outputs.get("logits") and self.w.generates:
                 vals[0] = (f"last_positions({vals[0][0]}, state)", vals[0][1] + 1)
             if op.kind == "linear" and self._feeds_jittered_router(op.name):
                 vals[0] = (f"self.{self._router_owner(op.name)}.route({vals[0][0]})", vals[0][1] + 1)
             weight = self.value(f"param:{op.attrs['tied_to']}")[0] if op.attrs.get("tied_to") else None
-            if static:
-                return f"reuse(state, self.{unit.key}, {', '.join(v for v, _ in vals)})", 2
             expr = e.call(op, Call(f"self.{unit.key}", [v for v, _ in vals], weight))
+            if static:
+                return f"reuse(state, self.{unit.key}, lambda: {expr})", 2
             return expr, e.depth + max((d for _, d in vals), default=0)
         assert unit.scope is not None
         args = [self.value(unit.inputs[i]) for i in self.w.plan_of(unit.scope).order]
         module = f"self{attr_path(unit.key)}"
-        if static:
-            return f"reuse(state, {module}, {', '.join(a for a, _ in args)})", 2
+        if static:  # the encoder runs once per generated sequence, on a State of its own (offset 0, no cache)
+            texts = [a for a, _ in args] + (["State()"] if unit.scope.needs_state else [])
+            return f"reuse(state, {module}, lambda: {module}({', '.join(texts)}))", 2
         texts = [a for a, _ in args] + (["state"] if unit.scope.needs_state else [])
         return f"{module}({', '.join(texts)})", 1 + max((d for _, d in args), default=0)
 
@@ -270,7 +279,7 @@ class Body:
                 and (nxt == len(units) or not self._loop(nxt))
             )
             if inline:
-                self.env[v] = (f"({expr})" if depth == 0 and " " in expr else expr, depth)
+                self.env[v] = (f"({expr})" if unit.op is not None and unit.op.kind == "add" else expr, depth)
                 return
             name = self._name_for(unit, j)
             self.out.append(f"{name} = {expr}")

@@ -15,42 +15,6 @@ from torch import Tensor, nn
 from .state import State
 
 
-def build_mask(
-    mask: str, n_q: int, n_k: int, pad: Tensor | None, state: State | None, window: int | None, prefix: int | None
-) -> tuple[Tensor | None, bool]:
-    """(boolean mask [B | 1, 1, N_q, N_k] or None, is_causal), built once per call."""
-    offset = state.offset if state is not None else 0
-    key = ("mask", mask, window, prefix, pad is None)
-    if state is not None and key in state.memo:
-        return state.memo[key]
-    if pad is None and (mask == "none" or (mask == "causal" and n_q == 1)):
-        out: tuple[Tensor | None, bool] = (None, False)  # one new token after the cache sees every key
-    elif pad is None and mask == "causal" and offset == 0 and n_q == n_k:
-        out = (None, True)  # purely causal: SDPA's fused causal kernel
-    else:
-        device = pad.device if pad is not None else None
-        q, k = torch.arange(offset, offset + n_q, device=device)[:, None], torch.arange(n_k, device=device)
-        if mask == "prefix" and state is not None and state.positions_from is not None and pad is not None:
-            k = (pad.long().cumsum(-1) - 1).clamp(min=0)[:, None, None, :]  # a row's prefix: its first real tokens
-            q = k[..., -n_q:].transpose(-1, -2)
-        if mask == "causal":
-            allowed = k <= q
-        elif mask == "sliding_window":
-            allowed = (k <= q) & (k > q - (window or 0))  # `window` keys back, self included
-        elif mask == "prefix":
-            allowed = k <= q.clamp(min=(prefix or 0) - 1)  # the prefix sees itself whole; the rest is causal
-        else:
-            allowed = torch.ones_like(k <= q)
-        allowed = allowed if allowed.dim() == 4 else allowed[None, None]
-        if pad is not None:
-            allowed = allowed & pad[:, None, None, :].bool()
-            allowed = allowed | ~allowed.any(-1, keepdim=True)  # fully padded query rows: no NaN (ignored)
-        out = (allowed, False)
-    if state is not None:
-        state.memo[key] = out
-    return out
-
-
 class Rotary(nn.Module):
     """RoPE on the first ``dims`` dims of each q/k head (GPT-NeoX half split), cos/sin built once per call."""
 
@@ -81,11 +45,49 @@ class Rotary(nn.Module):
 class AttentionCore(nn.Module):
     """Heads [B, H, N, D] → merged [B, N, H·D] through SDPA (or a ``kernel`` set by specc: explicit softmax)."""
 
+    mask, window, prefix = "none", None, None  # padding comes from attention_mask alone
+
     def __init__(self, heads: int, kv_heads: int, head_dim: int, scale: float | None = None, dropout: float = 0.0):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.scale, self.dropout = scale or 1.0 / head_dim**0.5, dropout
         self.kernel = None  # None: SDPA; else specc's explicit softmax (attention maps, FLOP counting)
+
+    def mask_for(
+        self, n_q: int, n_k: int, pad: Tensor | None, state: State | None, device: torch.device
+    ) -> tuple[Tensor | None, bool]:
+        """(boolean mask [B | 1, 1, N_q, N_k] or None, is_causal), built once per call."""
+        mask, window, prefix = "none" if self.mask == "padding" else self.mask, self.window, self.prefix
+        offset = state.offset if state is not None else 0
+        key = ("mask", mask, window, prefix, pad is None)
+        if state is not None and key in state.memo:
+            return state.memo[key]
+        if pad is None and (mask == "none" or (mask == "causal" and n_q == 1)):
+            out: tuple[Tensor | None, bool] = (None, False)  # one new token after the cache sees every key
+        elif pad is None and mask == "causal" and offset == 0 and n_q == n_k:
+            out = (None, True)  # purely causal: SDPA's fused causal kernel
+        else:
+            device = pad.device if pad is not None else device
+            q, k = torch.arange(offset, offset + n_q, device=device)[:, None], torch.arange(n_k, device=device)
+            if mask == "prefix" and state is not None and state.positions_from is not None and pad is not None:
+                k = (pad.long().cumsum(-1) - 1).clamp(min=0)[:, None, None, :]  # a row's prefix: its first real tokens
+                q = k[..., -n_q:].transpose(-1, -2)
+            if mask == "causal":
+                allowed = k <= q
+            elif mask == "sliding_window":
+                allowed = (k <= q) & (k > q - (window or 0))  # `window` keys back, self included
+            elif mask == "prefix":
+                allowed = k <= q.clamp(min=(prefix or 0) - 1)  # the prefix sees itself whole; the rest is causal
+            else:
+                allowed = torch.ones_like(k <= q)
+            allowed = allowed if allowed.dim() == 4 else allowed[None, None]
+            if pad is not None:
+                allowed = allowed & pad[:, None, None, :].bool()
+                allowed = allowed | ~allowed.any(-1, keepdim=True)  # fully padded query rows: no NaN (ignored)
+            out = (allowed, False)
+        if state is not None:
+            state.memo[key] = out
+        return out
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         p = self.dropout if self.training else 0.0
@@ -117,8 +119,7 @@ class SelfAttention(AttentionCore):
             q, k = self.rope(q, k, state)
         if state is not None and state.cache is not None:
             k, v = state.cache.update(self, k, v)
-        mask = "none" if self.mask == "padding" else self.mask  # padding comes from attention_mask alone
-        m, causal = build_mask(mask, n, k.shape[2], attention_mask, state, self.window, self.prefix)
+        m, causal = self.mask_for(n, k.shape[2], attention_mask, state, q.device)
         return self.attend(q, k, v, m, causal)
 
 
@@ -129,4 +130,4 @@ class CrossAttention(AttentionCore):
         b, n, _ = q.shape
         q = q.view(b, n, self.heads, self.head_dim).transpose(1, 2)
         k, v = kv.view(b, kv.shape[1], 2 * self.kv_heads, self.head_dim).transpose(1, 2).chunk(2, 1)
-        return self.attend(q, k, v, build_mask("none", n, k.shape[2], attention_mask, None, None, None)[0], False)
+        return self.attend(q, k, v, self.mask_for(n, k.shape[2], attention_mask, None, q.device)[0], False)

@@ -98,7 +98,8 @@ class SpeccModel(Model):
 
     @property
     def step_input(self) -> str:
-        assert self.STEP_INPUT is not None, f"{type(self).__name__} does not generate"
+        if self.STEP_INPUT is None:  # AttributeError: hasattr() (and jit.trace's attribute scan) stay quiet
+            raise AttributeError(f"{type(self).__name__} does not generate")
         return self.STEP_INPUT
 
     def growing_inputs(self) -> list[str]:

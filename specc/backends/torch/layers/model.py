@@ -91,7 +91,7 @@ class Model(nn.Module):
             self.eval()
             while n < tokens.shape[1] and not (eos is not None and bool(done.all())):
                 grown = {} if mask is None else {"attention_mask": mask[:, :n]}
-                if cache is not None:
+                if cache is not None and n >= self.META.get("prefix", 0):  # a prefix attends both ways: recompute
                     logits = self.step(cache, tokens[:, cache.length : n], **grown)
                 else:
                     logits = self(**{self.STEP_INPUT: tokens[:, :n], **fixed, **grown})

@@ -87,7 +87,7 @@ class MoE(nn.Module):
             self.aux_loss = self.aux_loss_coef * self.experts * (routed * probs.mean(0)).sum()
         elif self.aux_loss is not None:
             self.aux_loss = None
-        if _traced():  # every expert on every token, keep the chosen: static shapes
+        if _traced() or x.is_meta:  # every expert on every token, keep the chosen: static shapes
             combine = torch.zeros(tokens.shape[0], self.experts, dtype=x.dtype, device=x.device)
             combine = combine.scatter(1, chosen, weights)
             out = sum(combine[:, e, None] * self.expert(e, tokens) for e in range(self.experts))

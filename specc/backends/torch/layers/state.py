@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -50,11 +51,11 @@ def last_positions(x: Tensor, state: State | None) -> Tensor:
     return x[:, -1:] if state is not None and state.last_only else x
 
 
-def reuse(state: State | None, layer: nn.Module, *args: Any) -> Any:
-    """``layer(*args)``, computed once per generated sequence while decoding (encoder outputs, cross K/V)."""
+def reuse(state: State | None, layer: nn.Module, compute: Callable[[], Any]) -> Any:
+    """``compute()`` (a call of ``layer``), once per generated sequence while decoding (encoder outputs, cross K/V)."""
     cache = state.cache if state is not None else None
     if cache is None:
-        return layer(*args)
+        return compute()
     if layer not in cache.static:
-        cache.static[layer] = layer(*args)
+        cache.static[layer] = compute()
     return cache.static[layer]
