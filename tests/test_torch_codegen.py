@@ -95,7 +95,8 @@ def test_a_saved_model_loads_in_another_process(tmp_path: Path) -> None:
         torch.save(model(ids), tmp_path / "want.pt")
     code = (
         "import torch; m = torch.load('m.pt', weights_only=False)\n"
-        "with torch.no_grad(): assert torch.equal(m(torch.tensor([[1, 2, 3, 4]])), torch.load('want.pt'))"
+        "with torch.no_grad(): got = m(torch.tensor([[1, 2, 3, 4]]))\n"
+        "torch.testing.assert_close(got, torch.load('want.pt'), atol=1e-5, rtol=1e-5)  # kernels measured anew"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
