@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from ....ir.graph import LayerGraph
+from .. import layers
 from .classes import plan_classes
 from .emitters import EMITTERS, lit
 from .scopes import build_tree, dynamic_values, signatures
@@ -21,28 +22,7 @@ __all__ = ["EMITTERS", "GeneratedSource", "model_source"]
 
 STEP_INPUTS = {"causal_lm": "input_ids", "seq2seq": "decoder_input_ids"}
 RUNTIME_FACTS = ("dtype", "seed", "init_std", "residual_std", "max_positions", "positions_follow", "prefix")
-LIBRARY = (
-    "ClsToken",
-    "CrossAttention",
-    "KVCache",
-    "LearnedPositions",
-    "LearnedPositions2d",
-    "MoE",
-    "Model",
-    "PatchEmbed",
-    "RMSNorm",
-    "RNNDecoder",
-    "Rotary",
-    "SelfAttention",
-    "SinusoidalPositions",
-    "SinusoidalPositions2d",
-    "State",
-    "TiedLinear",
-    "TypeEmbedding",
-    "last_positions",
-    "reuse",
-    "rnn_states",
-)
+LIBRARY = tuple(layers.__all__)  # the names generated code may import (only those it uses are)
 
 
 @dataclass(frozen=True)
