@@ -13,7 +13,6 @@ import pytest
 
 import specc
 import specc.backends.onnx.save as save_mod
-import specc.io as sio
 from specc.backends.onnx.export import export_onnx, export_peak_bytes
 
 SETS = ["blocks=1", "d_model=16", "attention.heads=2", "vocab_size=50", "context=16", "mlp.hidden=32"]
@@ -65,9 +64,9 @@ def test_replacing_an_external_data_model_never_pairs_it_with_other_data(
             seen.append(Path(dst).name)
         return real_replace(src, dst, *a, **k)
 
-    monkeypatch.setattr(sio.os, "replace", watching)
+    monkeypatch.setattr(os, "replace", watching)
     export_onnx(_spec(1), path)
-    monkeypatch.setattr(sio.os, "replace", real_replace)
+    monkeypatch.setattr(os, "replace", real_replace)
     assert seen[-1] == "m.onnx" and len(seen) == 2  # the data file first, the model that names it last
     second = _logits(path)
     assert not np.array_equal(first, second)

@@ -1,4 +1,4 @@
-"""The writing layer (specc/io.py): outputs never replace a non-regular file or an input, modes are kept,
+"""The writing layer (specc/io/): outputs never replace a non-regular file or an input, modes are kept,
 writability is checked before long work, failures name the target, stale temporary files are cleaned."""
 
 from __future__ import annotations

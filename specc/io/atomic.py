@@ -1,0 +1,153 @@
+"""Atomic writes: temporary files beside the targets, modes kept, renamed in order; write failures located."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from ..errors import SpecError
+from .signals import signals_blocked, signals_raise
+from .stale import clean_stale
+from .targets import TMP_SUFFIX, InputsArg, output_target, temp_prefix
+
+_WRITE_ERRNOS = {
+    getattr(errno, name)
+    for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM", "EIO", "ENXIO", "ENAMETOOLONG", "ETXTBSY",
+                 "EISDIR", "ENOTDIR", "EXDEV", "EMLINK", "ELOOP")
+    if hasattr(errno, name)
+}  # fmt: skip
+_OS_ERROR_IN_TEXT = re.compile(r"(?:os error |code: )(\d+)")  # how Rust (safetensors) spells an OSError
+
+
+def _new_file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _finish(tmp: Path, target: Path, like: Path | None = None) -> None:
+    """Give ``tmp`` the mode (and owner, where allowed) of the file it replaces, flush it to disk."""
+    ref = target if target.exists() else like
+    try:
+        st = os.stat(ref) if ref is not None and ref.exists() else None
+    except OSError:
+        st = None
+    os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else _new_file_mode())
+    if st is not None and hasattr(os, "chown"):
+        mine = os.stat(tmp)
+        if (mine.st_uid, mine.st_gid) != (st.st_uid, st.st_gid):
+            with contextlib.suppress(OSError):
+                os.chown(tmp, st.st_uid, st.st_gid)
+    with contextlib.suppress(OSError):
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_error(target: str | os.PathLike[str], e: BaseException) -> SpecError | None:
+    """A ``SpecError`` naming ``target`` when ``e`` is a failure to write (disk full, size limit, read-only,
+    permissions), else None (a bug, left to propagate with its traceback)."""
+    code: int | None = None
+    if isinstance(e, OSError):
+        code = e.errno
+    elif not isinstance(e, SpecError) and type(e).__name__ in ("SafetensorError", "RuntimeError"):
+        m = _OS_ERROR_IN_TEXT.search(str(e))
+        code = int(m.group(1)) if m else None
+    if code is None or code not in _WRITE_ERRNOS:
+        return None
+    hints = {
+        "ENOSPC": "free some space or write elsewhere; nothing was replaced",
+        "EDQUOT": "the disk quota is exhausted; nothing was replaced",
+        "EFBIG": "the file exceeds a size limit (ulimit -f, or the file system's); nothing was replaced",
+    }
+    hint = next((h for name, h in hints.items() if getattr(errno, name, None) == code), "nothing was replaced")
+    return SpecError(f"cannot write: {os.strerror(code)}", file=str(target), hint=hint)
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike[str], *, inputs: InputsArg = ()) -> Iterator[Path]:
+    """Yields a temporary path in the target's folder; on success it replaces ``target``, else it is removed."""
+    with atomic_files([target], inputs=inputs, staging=False) as (tmp,):
+        yield tmp
+
+
+@contextlib.contextmanager
+def atomic_files(
+    targets: Sequence[str | os.PathLike[str]],
+    *,
+    like: str | os.PathLike[str] | None = None,
+    inputs: InputsArg = (),
+    staging: bool = True,
+) -> Iterator[list[Path]]:
+    """Yields one temporary path per target; on success they replace the targets, renamed in the given order
+    (put the file that refers to the others last), else they are removed.
+
+    ``staging``: the temporary paths are ``STAGE/<target name>`` in one staging folder (needed when a file
+    refers to another by name, as an ONNX model does to its external data); all targets share one folder.
+    ``like``: a new target takes this file's mode (the model's, for its data file) instead of the umask's.
+    """
+    given = [Path(t) for t in targets]
+    real = [output_target(t, inputs=inputs, probe=False) for t in given]
+    folder = real[-1].parent if str(real[-1].parent) else Path(".")
+    if staging and len({p.parent.resolve() for p in real}) != 1:
+        raise ValueError("atomic_files: every target must be in one folder")
+    clean_stale(folder)
+    like_path = Path(like) if like is not None else None
+    made: list[Path] = []
+    stage: Path | None = None
+    with signals_raise():
+        try:
+            if staging:
+                stage = Path(tempfile.mkdtemp(prefix=temp_prefix(real[-1]), suffix=TMP_SUFFIX, dir=folder))
+                tmps = [stage / p.name for p in real]
+            else:
+                tmps = []
+                for p in real:
+                    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(p), suffix=TMP_SUFFIX, dir=p.parent)
+                    os.close(fd)
+                    tmps.append(Path(tmp))
+                    made.append(Path(tmp))
+            yield tmps
+            for tmp, target in zip(tmps, real, strict=True):
+                if not tmp.is_file():
+                    raise FileNotFoundError(errno.ENOENT, f"the writer did not produce {target.name}")
+                _finish(tmp, target, like_path)
+            for target in real:  # the target may have been swapped for something else meanwhile
+                output_target(target, inputs=inputs, probe=False)
+            with signals_blocked():
+                for tmp, target in zip(tmps, real, strict=True):
+                    os.replace(tmp, target)
+        except Exception as e:
+            err = write_error(given[-1], e)
+            if err is None:
+                raise
+            raise err from None
+        finally:
+            for tmp in made:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            if stage is not None:
+                shutil.rmtree(stage, ignore_errors=True)
+
+
+def atomic_write(
+    target: str | os.PathLike[str], data: bytes | str | Callable[[Path], None], *, inputs: InputsArg = ()
+) -> Path:
+    """Write bytes/text, or call ``data(tmp_path)`` to produce the file, atomically; returns ``target``."""
+    with atomic_path(target, inputs=inputs) as tmp:
+        if callable(data):
+            data(tmp)
+        elif isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data, encoding="utf-8")
+    return Path(target)
