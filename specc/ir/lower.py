@@ -242,7 +242,10 @@ def _pooler(c: _Ctx, x: str, mode: str) -> str:
 
 
 def _decoder(s: DecoderSpec) -> LayerGraph:
-    g = LayerGraph(meta=_meta(s, "decoder", "causal_lm", s.blocks, **_text_facts(s)))
+    # A decoder's positions follow its padding mask (a left-padded row computes what it would alone, as HF's
+    # generate counts them); every backend reads this fact instead of deciding it again.
+    meta = _meta(s, "decoder", "causal_lm", s.blocks, **_text_facts(s), positions_follow="attention_mask")
+    g = LayerGraph(meta=meta)
     ids = g.add_input("input_ids", ("B", "N"), "int64")
     pad = g.add_input("attention_mask", ("B", "N"), "int64", optional=True)
     c = _Ctx(g, s, None, pad)

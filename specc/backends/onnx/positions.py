@@ -2,7 +2,7 @@
 prefix mask (one small subgraph per stack).
 
 Which positions (as HF counts them, so that a left-padded batch equals each row run alone):
-- The stack whose causal self-attention reads the padding mask (decoder-only models; ``plan`` finds it):
+- The logits stack of a graph whose lowering set ``meta["positions_follow"]`` (decoder-only models):
   positions follow ``attention_mask`` as HF's ``generate`` does: ``cumsum(attention_mask, -1) - 1`` with padded
   slots set to 1, computed over the whole mask (past + new tokens with a KV cache) and sliced to the new
   tokens. The graph also takes an optional ``position_ids`` input (int64 ``[batch, sequence]``, as optimum's
@@ -28,7 +28,6 @@ from .builder import GraphBuilder
 from .kv_cache import offset
 
 INPUT = "position_ids"
-CAUSAL = ("causal", "sliding_window", "prefix")
 USES_POSITIONS = ("learned_pos", "sinusoidal_pos")
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -44,20 +43,14 @@ class PositionPlan:
 
 
 def plan(g: LayerGraph) -> PositionPlan | None:
-    """The logits stack, when all its self-attention is causal and reads one padding-mask graph input."""
-    head = g.outputs.get("logits")
-    if head is None:
+    """The logits stack, when lowering says its positions follow a padding-mask graph input."""
+    head, mask = g.outputs.get("logits"), g.meta.get("positions_follow")
+    if head is None or mask is None or mask not in g.inputs:
         return None
     stack = g.op(head).stack
     ops = [op for op in g.ops() if op.stack == stack]
-    attn = [op for op in ops if op.kind == "attention" and not op.attrs["cross"]]
-    if not attn or any(op.attrs["mask"] not in CAUSAL or not op.attrs.get("padding") for op in attn):
-        return None
-    masks = {op.inputs[-1] for op in attn}
-    if len(masks) != 1 or next(iter(masks)) not in g.inputs:
-        return None
     uses = any(op.kind in USES_POSITIONS or (op.kind == "attention" and op.attrs.get("rope_dims")) for op in ops)
-    return PositionPlan(stack, next(iter(masks)), uses)
+    return PositionPlan(stack, mask, uses)
 
 
 def add_input(b: GraphBuilder) -> None:

@@ -52,8 +52,7 @@ def model_source(graph: LayerGraph) -> GeneratedSource:
     meta = dict(graph.meta)
     task = meta["task"]
     step = STEP_INPUTS.get(task)
-    follow = "attention_mask" if task == "causal_lm" and "attention_mask" in graph.inputs else None
-    meta["positions_follow"] = follow
+    follow = meta.get("positions_follow")  # decided by lowering
     prefixes = [op.attrs["prefix"] for op in graph.ops() if op.kind == "attention" and op.attrs["mask"] == "prefix"]
     if prefixes:
         meta["prefix"] = max(prefixes)  # cached decoding starts once the sequence covers the prefix
