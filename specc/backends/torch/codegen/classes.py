@@ -6,29 +6,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .scopes import Scope, flat_attrs, is_container
+from .. import layers
+from .scopes import Scope, flat_attrs
 
-LIBRARY_NAMES = {
-    "SelfAttention",
-    "CrossAttention",
-    "AttentionCore",
-    "SpeccModel",
-    "MoE",
-    "Model",
-    "State",
-    "KVCache",
-    "RMSNorm",
-    "TiedLinear",
-    "PatchEmbed",
-    "ClsToken",
-    "TypeEmbedding",
-    "LearnedPositions",
-    "SinusoidalPositions",
-    "LearnedPositions2d",
-    "SinusoidalPositions2d",
-    "RNNDecoder",
-    "Rotary",
-}
+LIBRARY_NAMES = {*layers.__all__, "SpeccModel", "F", "Tensor", "nn", "torch", "Path"}  # names the source uses
 SCOPE_CLASS_NAMES = {
     "blocks": "Block",
     "layers": "Layer",
@@ -82,7 +63,7 @@ def _camel(name: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in re.split(r"[^0-9A-Za-z]+", name) if p) or "Scope"
 
 
-def _base_name(scope: Scope, parents: dict[str, Scope]) -> str:
+def _base_name(scope: Scope) -> str:
     parts = scope.path.split(".")
     if parts[-1].isdigit():  # member of a container: blocks.3 → Block, encoder.blocks.3 → EncoderBlock
         container = parts[-2]
@@ -99,7 +80,7 @@ def plan_classes(root: Scope, task: str) -> dict[Any, ClassPlan]:
     taken = set(LIBRARY_NAMES)
     plans: dict[Any, ClassPlan] = {}
     for sig, members in groups.items():
-        base = ROOT_NAMES.get(task, "Model_") if members[0] is root else _base_name(members[0], {})
+        base = ROOT_NAMES.get(task, "Model_") if members[0] is root else _base_name(members[0])
         name, k = base, 2
         while name in taken:
             name, k = f"{base}{k}", k + 1
@@ -118,7 +99,3 @@ def _params(members: list[Scope]) -> dict[tuple[str, str], str]:
     for _, attr in varying:
         counts[attr] = counts.get(attr, 0) + 1
     return {(path, attr): attr if counts[attr] == 1 else f"{path.replace('.', '_')}_{attr}" for path, attr in varying}
-
-
-def containers(scope: Scope) -> dict[str, Scope]:
-    return {name: c for name, c in scope.children.items() if is_container(c)}

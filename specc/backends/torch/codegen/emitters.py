@@ -32,7 +32,6 @@ class Emitter:
     call: Callable[[Op, Call], str]
     ctor: Callable[[Op, Attr], str] | None = None  # None: inline, no module
     structural: tuple[str, ...] = ()
-    uses: tuple[str, ...] = ()  # layer-library names the code needs
     state: Callable[[Op], bool] = lambda op: False  # the call reads the per-call State
     depth: int = 1  # calls the expression nests (0 for inline arithmetic)
     variant: Callable[[Op], Any] = lambda op: None  # a further structural fact (e.g. rotary on or off)
@@ -92,7 +91,7 @@ def _linear_ctor(op: Op, a: Attr) -> str:
     return f"nn.Linear({a('in_features')}, {a('out_features')}{bias})"
 
 
-_emits("linear", call=_linear_call, ctor=_linear_ctor, structural=("bias", "tied_to", "init"), uses=("TiedLinear",))
+_emits("linear", call=_linear_call, ctor=_linear_ctor, structural=("bias", "tied_to", "init"))
 
 
 def _embedding_call(op: Op, c: Call) -> str:
@@ -111,7 +110,6 @@ _emits(
     "type_embedding",
     call=_module_call,
     ctor=lambda op, a: f"TypeEmbedding({a('vocab')}, {a('dim')})",
-    uses=("TypeEmbedding",),
 )
 
 
@@ -123,45 +121,40 @@ _emits(
     "learned_pos",
     call=_with_state,
     ctor=lambda op, a: f"LearnedPositions({a('positions')}, {a('dim')})",
-    uses=("LearnedPositions",),
     state=lambda op: True,
 )
 _emits(
     "sinusoidal_pos",
     call=_with_state,
     ctor=lambda op, a: f"SinusoidalPositions({a('dim')})",
-    uses=("SinusoidalPositions",),
     state=lambda op: True,
 )
 _emits(
     "learned_pos_2d",
     call=_module_call,
-    uses=("LearnedPositions2d",),
     ctor=lambda op, a: f"LearnedPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, {'cls': False})})",
 )
 _emits(
     "sinusoidal_pos_2d",
     call=_module_call,
-    uses=("SinusoidalPositions2d",),
     ctor=lambda op, a: f"SinusoidalPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, {'cls': False})})",
 )
 _emits(
     "patch_embed",
     call=_module_call,
-    uses=("PatchEmbed",),
     structural=("bias",),
     ctor=lambda op, a: (
         f"PatchEmbed({a('channels')}, {a('dim')}, {a('patch')}{'' if op.attrs.get('bias') else ', bias=False'})"
     ),
 )
-_emits("cls_token", call=_module_call, ctor=lambda op, a: f"ClsToken({a('dim')})", uses=("ClsToken",))
+_emits("cls_token", call=_module_call, ctor=lambda op, a: f"ClsToken({a('dim')})")
 _emits(
     "layernorm",
     call=_module_call,
     structural=("bias",),
     ctor=lambda op, a: f"nn.LayerNorm({a('dim')}, eps={a('eps')}{'' if op.attrs.get('bias') else ', bias=False'})",
 )
-_emits("rmsnorm", call=_module_call, ctor=lambda op, a: f"RMSNorm({a('dim')}, eps={a('eps')})", uses=("RMSNorm",))
+_emits("rmsnorm", call=_module_call, ctor=lambda op, a: f"RMSNorm({a('dim')}, eps={a('eps')})")
 _emits("activation", call=_module_call, ctor=lambda op, a: ACTIVATION_MODULES[op.attrs["fn"]], structural=("fn",))
 _emits(
     "glu",
@@ -214,7 +207,6 @@ _emits(
     ctor=_attention_ctor,
     structural=("cross", "padding"),
     variant=lambda op: bool(op.attrs.get("rope_dims")),
-    uses=("SelfAttention", "CrossAttention", "Rotary"),
     state=lambda op: not op.attrs.get("cross"),
 )
 
@@ -237,7 +229,6 @@ _emits(
     call=_module_call,
     ctor=_moe_ctor,
     structural=("expert", "bias"),
-    uses=("MoE",),
     variant=lambda op: bool(op.attrs.get("jitter")),
 )  # jitter > 0: the router's input goes through route()
 
@@ -256,7 +247,6 @@ _emits(
     call=lambda op, c: f"rnn_states({c.module}, {', '.join(c.args)})",
     ctor=_rnn_ctor,
     structural=("cell",),
-    uses=("rnn_states",),
 )
 
 
@@ -265,7 +255,7 @@ def _rnn_decoder_ctor(op: Op, a: Attr) -> str:
     return f"RNNDecoder({head}{_kwargs(a, op, {'enc_directions': 1, 'attention': 'bahdanau', 'attention_dim': None})})"
 
 
-_emits("rnn_decoder", call=_with_state, ctor=_rnn_decoder_ctor, uses=("RNNDecoder",), state=lambda op: True)
+_emits("rnn_decoder", call=_with_state, ctor=_rnn_decoder_ctor, state=lambda op: True)
 
 
 def ctor_attrs(op: Op) -> dict[str, Any]:
