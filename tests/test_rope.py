@@ -182,8 +182,8 @@ def test_onnx_equals_torch_for_each_scaling(name: str, rotation: str, fraction: 
 
 
 def test_lowering_resolves_the_defaults_transformers_uses() -> None:
-    g = specc.lower(_spec({"type": "rotary", "scaling": {"type": "longrope", "short_factor": [1.0] * 8,
-                                                          "long_factor": [2.0] * 8, "original_max_positions": 12}}))  # fmt: skip
+    sc = {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8, "original_max_positions": 12}
+    g = specc.lower(_spec({"type": "rotary", "scaling": sc}))
     a = g.op("blocks.0.attn.core").attrs
     assert a["rope_scaling"]["factor"] == 48 / 12 and a["rope_interleaved"] is False
     g = specc.lower(_spec({"type": "rotary", "scaling": {"type": "dynamic", "factor": 2.0}}))
@@ -214,5 +214,5 @@ def test_scaling_fields_are_checked_at_their_line(tmp_path: Path, tail: str, nee
 
 
 def test_rotation_and_scaling_need_rotary_positions() -> None:
-    with pytest.raises(SpecError, match="position.scaling is only used by rotary"):
+    with pytest.raises(SpecError, match=r"position\.scaling is only used by rotary"):
         _spec({"type": "learned", "scaling": {"type": "linear", "factor": 2.0}})
