@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import hf_decoder as dec
-from . import hf_llama
+from . import hf_llama, hf_llama_weights
 from .family import Family
 from .hf_config import HFConfig
 
@@ -41,4 +41,6 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     return doc
 
 
-FAMILY = Family("Phi-3", ("Phi3ForCausalLM",), ("phi3",), ("decoder",), spec, hf_llama.detect, hf_llama.plan)
+FAMILY = Family(
+    "Phi-3", ("Phi3ForCausalLM",), ("phi3",), ("decoder",), spec, hf_llama_weights.detect, hf_llama_weights.plan
+)

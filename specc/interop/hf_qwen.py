@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import hf_decoder as dec
-from . import hf_llama
+from . import hf_llama, hf_llama_weights
 from .family import Family
 from .hf_config import HFConfig
 
@@ -65,6 +65,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     n = doc["blocks"]
     act = cfg.activation("hidden_act", "silu")
     cfg.ignore("output_router_logits")
+    cfg.expect("use_mrope", False, False, "multimodal RoPE sections (Qwen2-VL)")
     if qwen3:
         bias = cfg.flag("attention_bias", False)
         qkv, out = bias, bias
@@ -104,6 +105,6 @@ FAMILY = Family(
     ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"),
     ("decoder",),
     spec,
-    hf_llama.detect,
-    hf_llama.plan,
+    hf_llama_weights.detect,
+    hf_llama_weights.plan,
 )
