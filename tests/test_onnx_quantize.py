@@ -129,7 +129,7 @@ def test_cli_quantize_then_run(cli: CLI, tmp_path: Path) -> None:
 )
 def test_cli_errors_one_line(cli: CLI, tmp_path: Path, args: list[str], message: str) -> None:
     sets = [a for s in GPT for a in ("--set", s)]
-    code, out, err = cli("compile", "gpt2", *args, "-o", tmp_path / "x.out", *sets)
+    code, _, err = cli("compile", "gpt2", *args, "-o", tmp_path / "x.out", *sets)
     assert code == 2
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "x.out").exists()
