@@ -32,6 +32,17 @@ def _layer_types(cfg: HFConfig, arch: str, n: int) -> list[str]:
     return dec.layer_types(cfg, default)
 
 
+def _gemma3_rope(cfg: HFConfig, layer_type: str) -> dict[str, Any]:
+    """Gemma 3's RoPE of one layer type: transformers 5 writes ``rope_parameters`` per layer type; the hub's
+    configs give the full layers ``rope_theta`` + ``rope_scaling`` and the sliding ones ``rope_local_base_freq``
+    (default 10000) unscaled."""
+    if cfg.get("rope_parameters") is not None:
+        return position(cfg, layer_type)
+    if layer_type == "full_attention":
+        return position(cfg)
+    return {"type": "rotary", "theta": cfg.number("rope_local_base_freq", 10000.0)}
+
+
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     doc = dec.sizes(cfg)
     doc["attention"].setdefault("head_dim", cfg.positive_int("head_dim", 256))
@@ -56,7 +67,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             kind, attention = dec.attention_kind(cfg, t, window)
             settings: dict[str, Any] = {"attention": attention} if attention else {}
             if arch == "Gemma3ForCausalLM":
-                settings["position"] = position(cfg, t)
+                settings["position"] = _gemma3_rope(cfg, t)
             layers.append((kind, settings))
     if arch == "Gemma3ForCausalLM":
         doc["attention"]["qk_norm"] = "head"
@@ -64,7 +75,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         kind="decoder",
         norm=norm,
         mlp={"type": "swiglu", "hidden": cfg.positive_int("intermediate_size"), "activation": _activation(cfg, arch)},
-        position=position(cfg, "full_attention" if arch == "Gemma3ForCausalLM" else None),
+        position=_gemma3_rope(cfg, "full_attention") if arch == "Gemma3ForCausalLM" else position(cfg),
         bias={"qkv": bias, "out": bias, "mlp": False, "norm": False, "head": False},
         embedding_scale="sqrt_d_model",
         tie_embeddings=cfg.flag("tie_word_embeddings", True),

@@ -24,6 +24,18 @@ _BLOCK = {
 }
 
 
+def _rotary(cfg: HFConfig) -> dict[str, Any]:
+    """transformers 5 writes rope_parameters; the hub's configs name the base and fraction rotary_emb_base and
+    rotary_pct (defaults 10000 and 0.25, as transformers reads them)."""
+    if cfg.get("rope_parameters") is not None or cfg.get("rope_scaling") is not None:
+        return position(cfg, partial=True)
+    out = {"type": "rotary", "theta": cfg.number("rotary_emb_base", 10000.0)}
+    fraction = cfg.number("rotary_pct", 0.25)
+    if not 0 < fraction <= 1:
+        raise cfg.refuse("rotary_pct", f"expected a fraction in (0, 1], got {fraction!r}")
+    return out | ({"fraction": fraction} if fraction != 1.0 else {})
+
+
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     d, heads = cfg.positive_int("hidden_size"), cfg.positive_int("num_attention_heads")
     cfg.ignore("is_decoder")
@@ -41,7 +53,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             "hidden": cfg.positive_int("intermediate_size"),
             "activation": cfg.activation("hidden_act", "gelu"),
         },
-        "position": position(cfg),
+        "position": _rotary(cfg),
         "bias": {"qkv": bias, "out": bias, "mlp": True, "norm": True, "head": False},
         "tie_embeddings": cfg.flag("tie_word_embeddings", False),
         "dropout": {"attention": cfg.dropout("attention_dropout"), "residual": cfg.dropout("hidden_dropout")},

@@ -30,7 +30,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             "hidden": cfg.positive_int("intermediate_size"),
             "activation": cfg.activation("hidden_act", "gelu_new"),
         },
-        position=position(cfg),
+        position=position(cfg, partial=True),
         bias={"qkv": True, "out": True, "mlp": True, "norm": True, "head": True},
         tie_embeddings=cfg.flag("tie_word_embeddings", False),
         dropout={

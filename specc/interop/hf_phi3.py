@@ -29,7 +29,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             "hidden": cfg.positive_int("intermediate_size"),
             "activation": cfg.activation("hidden_act", "silu"),
         },
-        position=position(cfg),
+        position=position(cfg, partial=True),
         bias=False,
         tie_embeddings=cfg.flag("tie_word_embeddings", False),
         dropout={
