@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from . import hf_decoder as dec
-from . import hf_llama, hf_llama_weights
+from . import hf_llama_weights
 from .family import Family
 from .hf_config import HFConfig
+from .hf_rope import position
 
 
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
@@ -28,7 +29,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             "hidden": cfg.positive_int("intermediate_size"),
             "activation": cfg.activation("hidden_act", "silu"),
         },
-        position=hf_llama._rotary(cfg),
+        position=position(cfg, partial=True),
         bias=False,
         tie_embeddings=cfg.flag("tie_word_embeddings", False),
         dropout={

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from . import hf_decoder as dec
-from . import hf_llama, hf_llama_weights
+from . import hf_llama_weights
 from .family import Family
 from .hf_config import HFConfig
+from .hf_rope import position
 
 
 def _sliding_rule(cfg: HFConfig, arch: str, n: int) -> tuple[list[str], int | None]:
@@ -90,7 +91,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         kind="decoder",
         norm={"type": "rmsnorm", "placement": "pre", "eps": cfg.number("rms_norm_eps", 1e-6)},
         mlp=mlp,
-        position=hf_llama._rotary(cfg),
+        position=position(cfg),
         bias={"qkv": qkv, "out": out, "mlp": False, "norm": False, "head": False},
         tie_embeddings=cfg.flag("tie_word_embeddings", False),
         dropout={"attention": cfg.dropout("attention_dropout")},
