@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 import specc
 from specc.analysis import analyze
 from specc.analysis.parallel import Layout, Training
@@ -127,3 +129,24 @@ def test_impossible_layouts_are_located_errors(cli: Cli, tmp_path: Path) -> None
                  ["--parallel", "tp=1,pp=1,dp=1", "--batch", "4"], ["--plan", "--devices", "0"]):  # fmt: skip
         code, _, err = cli("analyze", str(spec), *args)
         assert code == 2 and err.startswith("error: ") and "Traceback" not in err, (args, err)
+
+
+def test_interconnect_profiles(cli: Cli, tmp_path: Path) -> None:
+    from specc.analysis.parallel.links import BUILTIN_NAMES, load_interconnect
+
+    for name in BUILTIN_NAMES:
+        link = load_interconnect(name)
+        assert link.source and link.intra_node >= link.inter_node > 0
+    nvlink = load_interconnect("nvlink")
+    assert nvlink.intra_node == 450e9 and nvlink.inter_node == 50e9 and nvlink.devices_per_node == 8
+    assert nvlink.bandwidth(1, 4) == 450e9 and nvlink.bandwidth(8, 2) == 50e9  # tp 8 in a node; dp across
+    args = ["analyze", "gpt2", "--set", "blocks=2", "--parallel", "tp=4,pp=1,dp=4", "--device", "h100", "-f", "json"]
+    fast = json.loads(cli(*args, "--interconnect", "nvlink")[1])["parallel"]
+    slow = json.loads(cli(*args, "--interconnect", "pcie")[1])["parallel"]
+    assert fast["comm"] == slow["comm"] and fast["time"]["tp"] * 450 / 64 == pytest.approx(slow["time"]["tp"])
+    bad = tmp_path / "link.yaml"
+    bad.write_text("devices_per_node: 8\nintra_node: fast\ninter_node: 50 GB/s\n")
+    code, _, err = cli(*args, "--interconnect", str(bad))
+    assert code == 2 and err.startswith(f"{bad}:2:") and "intra_node" in err
+    code, _, err = cli("analyze", "gpt2", "--parallel", "tp=1,pp=1,dp=1", "--interconnect", "nvlink")
+    assert code == 2 and "give --device too" in err

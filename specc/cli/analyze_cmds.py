@@ -61,6 +61,8 @@ def _options(**kw: Any) -> dict[str, Any]:
     limits.argument_length(kw["sweep"], "--sweep")
     device = kw["device"]
     inputs = [(device, f"the device profile {device}") if device and Path(device).is_file() else None]
+    link = kw.get("interconnect")
+    inputs.append((link, f"the interconnect profile {link}") if link and Path(link).is_file() else None)
     if kw["plot"]:
         from ..io import image_format
 
