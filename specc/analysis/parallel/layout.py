@@ -95,22 +95,41 @@ def parse_layout(text: str) -> Layout:
     return Layout(**seen)
 
 
-def attention_heads(g: LayerGraph) -> tuple[int, int] | None:
-    """(heads, kv_heads) of the graph's attention (every layer alike), None without attention."""
-    for op in g.ops():
-        if op.kind == "attention":
-            return int(op.attrs["heads"]), int(op.attrs["kv_heads"])
-    return None
+@dataclass(frozen=True)
+class GraphFacts:
+    """What the layout checks read off a graph, gathered once."""
+
+    name: str
+    family: str
+    heads: tuple[int, int] | None  # (heads, kv_heads) of its attention, every layer alike
+    recurrent: bool
+    hidden_units: tuple[int, ...]  # MLP / expert hidden widths
+    blocks: int
+    experts: int | None
 
 
-def check_layout(g: LayerGraph, lay: Layout, seq: int) -> None:
+def graph_facts(g: LayerGraph) -> GraphFacts:
+    heads = next(((int(o.attrs["heads"]), int(o.attrs["kv_heads"])) for o in g.ops() if o.kind == "attention"), None)
+    return GraphFacts(
+        str(g.meta.get("name", "this spec")),
+        str(g.meta.get("family", "")),
+        heads,
+        any(op.kind in ("rnn", "rnn_decoder") for op in g.ops()),
+        tuple(sorted({w for op in g.ops() if (w := _hidden_units(op)) is not None})),
+        block_count(g),
+        next((int(op.attrs["experts"]) for op in g.ops() if op.kind == "moe"), None),
+    )
+
+
+def check_layout(g: LayerGraph | GraphFacts, lay: Layout, seq: int) -> None:
     """Refuse a layout the graph cannot be split into, naming the spec key in the way."""
-    heads = attention_heads(g)
+    f = g if isinstance(g, GraphFacts) else graph_facts(g)
+    heads = f.heads
     if lay.tp > 1:
-        if heads is None or any(op.kind in ("rnn", "rnn_decoder") for op in g.ops()):
+        if heads is None or f.recurrent:
             raise LayoutError(
                 f"tp={lay.tp}: tensor parallelism shards attention heads and MLP units; "
-                f"{g.meta.get('name', 'this spec')} has no attention heads to shard",
+                f"{f.name} has no attention heads to shard",
                 key=("kind",),
                 hint="use tp=1",
             )
@@ -123,15 +142,14 @@ def check_layout(g: LayerGraph, lay: Layout, seq: int) -> None:
                 key=("attention", "kv_heads"),
                 hint=f"tp must divide {kv}",
             )
-        for op in g.ops():
-            width = _hidden_units(op)
-            if width is not None and width % lay.tp:
+        for width in f.hidden_units:
+            if width % lay.tp:
                 raise LayoutError(f"MLP hidden units {width} are not divisible by tp={lay.tp}", key=("mlp", "hidden"))
-    layers = block_count(g)
+    layers = f.blocks
     if lay.pp > 1 and (layers == 0 or layers % lay.pp):
-        key = ("blocks", "encoder") if g.meta.get("family") == "encoder_decoder" else ("blocks",)
+        key = ("blocks", "encoder") if f.family == "encoder_decoder" else ("blocks",)
         raise LayoutError(f"{layers} blocks are not divisible by pp={lay.pp} (pipeline stages)", key=key)
-    experts = _experts(g)
+    experts = f.experts
     if lay.ep > 1:
         if experts is None:
             raise LayoutError(f"ep={lay.ep}: expert parallelism needs a MoE MLP", key=("mlp", "type"), hint="use ep=1")
@@ -177,11 +195,4 @@ def _hidden_units(op: Any) -> int | None:
         return int(op.attrs["hidden"])
     if op.kind in ("glu", "activation") and op.layer is not None:
         return int(op.shape[-1])
-    return None
-
-
-def _experts(g: LayerGraph) -> int | None:
-    for op in g.ops():
-        if op.kind == "moe":
-            return int(op.attrs["experts"])
     return None

@@ -115,12 +115,18 @@ def _tied(g: LayerGraph) -> list[tuple[str, int]]:
 
 
 def weights_per_stage(
-    g: LayerGraph, *, tp: int = 1, pp: int = 1, ep: int = 1, tp_rank: int = 0
+    g: LayerGraph,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    ep: int = 1,
+    tp_rank: int = 0,
+    shards: list[ParamShard] | None = None,
 ) -> list[tuple[int, int]]:
     """Per pipeline stage, (dense, expert) parameter elements one device holds before ZeRO shards them."""
     blocks = block_count(g)
     stages = [[0, 0] for _ in range(pp)]
-    shards = param_shards(g)
+    shards = shards if shards is not None else param_shards(g)
     for ps in shards:
         stages[stage_of(ps.block, blocks, pp)][ps.expert] += ps.local_numel(tp, ep, tp_rank)
     by_name = {ps.name: ps for ps in shards}
