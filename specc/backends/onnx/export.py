@@ -57,6 +57,7 @@ def export_onnx(
     attention: str = "standard",
     kv_cache: bool = False,
     padding_mask: bool = True,
+    moe: str = "sparse",
     check: bool = True,
 ) -> Path:
     """Write ``spec`` as ONNX with one fused attention node per attention layer; returns ``path``.
@@ -68,6 +69,8 @@ def export_onnx(
     ``kv_cache``: ``past_key_values.{i}.key|value`` inputs → ``present.{i}.key|value`` outputs.
     ``padding_mask=False`` drops the ``attention_mask`` input (all tokens valid). Decoder-only graphs also take
     an optional ``position_ids`` input; by default their positions follow ``attention_mask`` (positions.py).
+    ``moe``: ``sparse`` (each expert runs on its routed tokens) or ``dense`` (every expert on every token:
+    static shapes, no data-dependent ops); see ops_moe.py.
     """
     from ...spec.loader import load_spec
 
@@ -80,6 +83,7 @@ def export_onnx(
         attention=attention,
         kv_cache=kv_cache,
         padding_mask=padding_mask,
+        moe=moe,
     )
     opts.validate()
     family = g.meta["family"]
@@ -204,4 +208,6 @@ def _metadata(spec: Any, g: LayerGraph, opts: ExportOptions) -> dict[str, str]:
     }
     if opts.kv_cache:
         meta["specc.kv_layout"] = LAYOUT
+    if any(op.kind == "moe" for op in g.ops()):
+        meta["specc.moe"] = opts.moe
     return meta
