@@ -88,6 +88,7 @@ FAMILY_CASES = [
         dict(
             _QWEN,
             original_max_position_embeddings=8,
+            pad_token_id=0,
             rope_parameters={
                 "rope_type": "longrope",
                 "rope_theta": 10000.0,
