@@ -61,7 +61,7 @@ def test_qwen2_moe_dense_layers_and_shared_expert(tmp_path: Path) -> None:
     assert doc["mlp"]["type"] == "moe" and doc["mlp"]["hidden"] == 32
     assert doc["mlp"]["shared"] == {"hidden": 48, "gate": "sigmoid"}
     assert doc["mlp"]["router"]["normalize"] is False  # norm_topk_prob defaults to false
-    assert doc["layer_pattern"] == ["block", "dense", "block"]
+    assert doc["layer_pattern"] == ["block", "dense"]  # cyclic: block, dense, block
     assert doc["layer_kinds"]["dense"] == {"mlp": {"type": "swiglu", "hidden": 96, "activation": "silu"}}
 
 
