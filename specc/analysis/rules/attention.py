@@ -47,7 +47,7 @@ def attention_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop
     h, kv, hd = a["heads"], a["kv_heads"], a["head_dim"]
     pairs = visible_pairs(None if a.get("cross") else a.get("mask"), nq, nk, a.get("window"), a.get("prefix"))
     full, useful = 2 * b * h * nq * nk * hd, 2 * b * h * pairs * hd
-    per_score = C.SOFTMAX + C.SCORE_SCALE
+    per_score = C.SOFTMAX + C.SCORE_SCALE + (C.SOFTCAP if a.get("softcap") else 0)
     parts = [
         Flop("qk", matmul=full, matmul_useful=useful),
         Flop("softmax", other=per_score * b * h * nq * nk, other_useful=per_score * b * h * pairs),
