@@ -11,6 +11,7 @@ from ..ir.graph import LayerGraph
 from .family import BLOCK, Family, attention_sizes, prefix, rules_for
 from .hf_config import HFConfig
 from .plan import Plan, Rule, ShapeT, concat, copy, part, stacked
+from .rope import rope_position
 
 _NORMS = {"norm1": "input_layernorm", "norm2": "post_attention_layernorm"}
 _DENSE = {"mlp.gate": "gate_proj", "mlp.up": "up_proj", "mlp.down": "down_proj"}
@@ -20,32 +21,11 @@ _DENSE = {"mlp.gate": "gate_proj", "mlp.up": "up_proj", "mlp.down": "down_proj"}
 
 
 def _rotary(cfg: HFConfig) -> dict[str, Any]:
-    """RoPE from ``rope_parameters`` (transformers 5) or ``rope_theta`` + ``rope_scaling`` (4.x)."""
-    params = cfg.mapping("rope_parameters")
-    key = "rope_parameters"
-    if params is None:
-        params = dict(cfg.mapping("rope_scaling") or {})
-        key = "rope_scaling"
-        params.setdefault("rope_theta", cfg.number("rope_theta", 10000.0))
-    kind = params.get("rope_type", params.get("type", "default"))
-    if not isinstance(kind, str):
-        raise cfg.refuse(f"{key}.rope_type", f"expected a name, got {kind!r}")
-    if kind != "default":
-        raise cfg.refuse(
-            f"{key}.rope_type",
-            f"RoPE scaling {kind!r} is not supported (specc's rotary has only base theta and a rotated fraction)",
-            "only rope_type 'default' imports exactly",
-        )
-    extra = set(params) - {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
-    if extra:
-        raise cfg.refuse(f"{key}.{sorted(extra)[0]}", "this RoPE parameter has no counterpart in specc")
-    fraction = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
-    if fraction != 1.0:  # Llama-family attention rotates whole heads; a partial factor is not checked against HF
-        raise cfg.refuse("partial_rotary_factor", f"{fraction!r} is not supported for this family; only 1.0 is")
-    theta = params.get("rope_theta", 10000.0)
-    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not 0 < theta < float("inf"):
-        raise cfg.refuse(f"{key}.rope_theta", f"expected a positive number, got {theta!r}", "e.g. 10000.0")
-    return {"type": "rotary", "theta": float(theta)}
+    """RoPE (any scaling type, both config dialects) from ``rope_position``; Llama rotates whole heads."""
+    position = rope_position(cfg)
+    if position.get("fraction", 1.0) != 1.0:  # Llama-family attention rotates whole heads; not checked against HF
+        raise cfg.refuse("partial_rotary_factor", f"{position['fraction']!r} is not supported for this family")
+    return position
 
 
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..spec import resolve
+from ..spec import kinds, resolve
 from ..spec.schema import (
     DecoderSpec,
     EncoderDecoderSpec,
@@ -157,8 +157,11 @@ def _attention(c: _Ctx, p: str, x: str, layer: int, mask: str, memory: str | Non
         prefix=s.attention.prefix,
         scale=s.attention.scale if s.attention.scale is not None else 1.0 / math.sqrt(hd),
         softcap=s.attention.softcap,
+        chunk=s.attention.chunk,
         rope_dims=int(resolve.rotary_dims(s)) if rope else 0,  # a rule made it an even whole number
         rope_theta=s.position.theta,
+        rope_scaling=_rope_scaling(s) if rope else None,
+        rope_interleaved=rope and s.position.rotation == "interleaved",
         dropout=s.dropout.attention,
         cross=memory is not None,
         padding=c.pad is not None,
@@ -185,6 +188,22 @@ def _qk_norm(c: _Ctx, name: str, x: str, start: int, width: int, layer: int) -> 
         eps=s.norm.eps,
         unit_offset=s.norm.unit_offset,
     )
+
+
+def _rope_scaling(s: Any) -> dict[str, Any] | None:
+    """The spec's RoPE scaling with every default resolved (transformers' defaults), for the rope math."""
+    sc = s.position.scaling
+    if sc is None:
+        return None
+    given = {k: v for k, v in sc.model_dump().items() if v is not None}
+    defaults: dict[str, Any] = {}
+    if sc.type == "dynamic":
+        defaults["original_max_positions"] = s.context  # HF: max_position_embeddings
+    if sc.type == "yarn":
+        defaults.update(beta_fast=32.0, beta_slow=1.0, truncate=True)
+    if sc.type == "longrope" and sc.original_max_positions:
+        defaults["factor"] = s.context / sc.original_max_positions  # HF: max_position_embeddings / original
+    return {"type": sc.type, **defaults, **given}
 
 
 def _mlp(c: _Ctx, p: str, x: str, layer: int) -> str:
@@ -286,8 +305,13 @@ def _block(
 def _stack(
     c: _Ctx, prefix: str, x: str, blocks: int, mask: str, memory: str | None = None, mem_pad: str | None = None
 ) -> str:
+    kinds_of = kinds.pattern(c.spec)
+    per_kind = {k: _Ctx(c.g, kinds.effective(c.spec, k), c.stack, c.pad) for k in set(kinds_of or ())}
     for i in range(blocks):
-        x = _block(c, f"{prefix}blocks.{i}", x, i, mask, memory, mem_pad)
+        ck = per_kind[kinds_of[i]] if kinds_of else c
+        x = _block(ck, f"{prefix}blocks.{i}", x, i, resolve.mask(ck.spec) if kinds_of else mask, memory, mem_pad)
+    if kinds_of:
+        c.g.meta["layer_kinds"] = kinds_of  # the kind of each block, for per-kind costs
     if resolve.final_norm(c.spec):
         x = _norm(c, f"{prefix}norm_f", x, None)
     return x

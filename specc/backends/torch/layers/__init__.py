@@ -6,7 +6,7 @@ compile --target python`` copies the definitions a model uses into its standalon
 
 from __future__ import annotations
 
-from .attention import AttentionCore, CrossAttention, Rotary, SelfAttention, SoftcapAttention
+from .attention import AttentionCore, CrossAttention, SelfAttention, SoftcapAttention
 from .embed import (
     ClsToken,
     LearnedPositions,
@@ -26,10 +26,11 @@ from .model import Model
 from .moe import MoE
 from .norms import OffsetRMSNorm, SliceRMSNorm
 from .rnn import RNNDecoder, rnn_states
+from .rope import Rotary
 from .state import KVCache, State, last_positions, reuse
 
 # Files in dependency order: model.py inlines the definitions it uses in this order (never ``extras``).
-FILES = ("state", "attention", "embed", "norms", "moe", "rnn", "generation", "model")
+FILES = ("state", "rope", "attention", "embed", "norms", "moe", "rnn", "generation", "model")
 
 __all__ = [
     "AttentionCore",
