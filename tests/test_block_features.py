@@ -16,231 +16,18 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from hf_block_cases import CASES, D, L, V, hf_model, spec_of  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import specc  # noqa: E402
 from specc.analysis import analyze  # noqa: E402
-from specc.spec.schema import SPEC_ADAPTER  # noqa: E402
-
-V, D, L = 64, 32, 2
-STD = 0.2
-BASE = dict(hidden_size=D, intermediate_size=48, num_hidden_layers=L, vocab_size=V, max_position_embeddings=64)
-ROTARY = {"type": "rotary", "theta": 10000.0}
-
-
-def _spec(**fields: Any) -> Any:
-    doc = {"name": "t", "kind": "decoder", "vocab_size": V, "context": 64, "d_model": D, "blocks": L, **fields}
-    return SPEC_ADAPTER.validate_python(doc)
-
-
-def _hf(arch: str, **config: Any) -> Any:
-    cfg = getattr(transformers, f"{arch}Config")(**config)
-    model = getattr(transformers, f"{arch}ForCausalLM")._from_config(cfg, attn_implementation="eager")
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * STD)
-    return model.eval()
-
-
-def _llama_like(sd: dict[str, Any], norms: dict[str, str], tied: bool = False) -> dict[str, Any]:
-    """HF LLaMA-style names → specc names (q/k/v packed into qkv)."""
-    out = {"embed.weight": sd["model.embed_tokens.weight"], "norm_f.weight": sd["model.norm.weight"]}
-    if not tied:
-        out["lm_head.weight"] = sd["lm_head.weight"]
-    for i in range(L):
-        p, q = f"model.layers.{i}.", f"blocks.{i}."
-        a = p + "self_attn."
-        for kind in ("weight", "bias"):
-            if f"{a}q_proj.{kind}" in sd:
-                out[f"{q}attn.qkv.{kind}"] = torch.cat([sd[f"{a}{n}_proj.{kind}"] for n in "qkv"])
-        out[q + "attn.out.weight"] = sd[a + "o_proj.weight"]
-        for n in ("q_norm", "k_norm"):
-            if f"{a}{n}.weight" in sd:
-                out[f"{q}attn.{n}.weight"] = sd[f"{a}{n}.weight"]
-        for hf, ours in norms.items():
-            out[f"{q}{ours}.weight"] = sd[f"{p}{hf}.weight"]
-        for hf, ours in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
-            if f"{p}mlp.{hf}.weight" in sd:
-                out[f"{q}mlp.{ours}.weight"] = sd[f"{p}mlp.{hf}.weight"]
-    return out
-
-
-def _neox(sd: dict[str, Any]) -> dict[str, Any]:
-    """GPT-NeoX packs q/k/v per head ([H, 3, D_H] rows); specc packs [q heads | k heads | v heads]."""
-    out = {"embed.weight": sd["gpt_neox.embed_in.weight"], "lm_head.weight": sd["lm_head.weight"]}
-    for k in ("weight", "bias"):
-        out[f"norm_f.{k}"] = sd[f"gpt_neox.final_layer_norm.{k}"]
-    for i in range(L):
-        p, q = f"gpt_neox.layers.{i}.", f"blocks.{i}."
-        for k in ("weight", "bias"):
-            w = sd[f"{p}attention.query_key_value.{k}"]
-            out[f"{q}attn.qkv.{k}"] = w.reshape(4, 3, -1, *w.shape[1:]).transpose(0, 1).reshape(w.shape)
-            out[f"{q}attn.out.{k}"] = sd[f"{p}attention.dense.{k}"]
-            out[f"{q}norm1.{k}"] = sd[f"{p}input_layernorm.{k}"]
-            out[f"{q}norm2.{k}"] = sd[f"{p}post_attention_layernorm.{k}"]
-            out[f"{q}mlp.fc1.{k}"] = sd[f"{p}mlp.dense_h_to_4h.{k}"]
-            out[f"{q}mlp.fc2.{k}"] = sd[f"{p}mlp.dense_4h_to_h.{k}"]
-    return out
-
-
-def _phi(sd: dict[str, Any]) -> dict[str, Any]:
-    out = {"embed.weight": sd["model.embed_tokens.weight"]}
-    for k in ("weight", "bias"):
-        out[f"norm_f.{k}"] = sd[f"model.final_layernorm.{k}"]
-        out[f"lm_head.{k}"] = sd[f"lm_head.{k}"]
-        for i in range(L):
-            p, q = f"model.layers.{i}.", f"blocks.{i}."
-            out[f"{q}attn.qkv.{k}"] = torch.cat([sd[f"{p}self_attn.{n}_proj.{k}"] for n in "qkv"])
-            out[f"{q}attn.out.{k}"] = sd[f"{p}self_attn.dense.{k}"]
-            out[f"{q}norm1.{k}"] = sd[f"{p}input_layernorm.{k}"]
-            out[f"{q}mlp.fc1.{k}"] = sd[f"{p}mlp.fc1.{k}"]
-            out[f"{q}mlp.fc2.{k}"] = sd[f"{p}mlp.fc2.{k}"]
-    return out
-
-
-def _qwen2_moe(sd: dict[str, Any]) -> dict[str, Any]:
-    out = _llama_like(sd, {"input_layernorm": "norm1", "post_attention_layernorm": "norm2"})
-    for i in range(L):
-        p, q = f"model.layers.{i}.mlp.", f"blocks.{i}.mlp."
-        gate, up = sd[p + "experts.gate_up_proj"].chunk(2, dim=1)  # [E, 2·I, D]: gate rows, then up rows
-        out.update({q + "router.weight": sd[p + "gate.weight"], q + "experts.w_gate": gate, q + "experts.w_up": up})
-        out[q + "experts.w_down"] = sd[p + "experts.down_proj"]
-        for hf, ours in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
-            out[f"{q}shared.{ours}.weight"] = sd[f"{p}shared_expert.{hf}.weight"]
-        out[q + "shared_gate.weight"] = sd[p + "shared_expert_gate.weight"]
-    return out
-
-
-GEMMA_SPEC = dict(
-    attention={"heads": 4, "kv_heads": 2, "head_dim": 16},
-    norm={"type": "rmsnorm", "eps": 1e-6, "unit_offset": True},
-    mlp={"type": "swiglu", "hidden": 48, "activation": "gelu_tanh"},
-    position=ROTARY,
-    bias=False,
-    embedding_scale="sqrt_d_model",
-)
-GEMMA2 = dict(head_dim=16, query_pre_attn_scalar=24, attn_logit_softcapping=1.5, final_logit_softcapping=2.0)
-CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Any]] = {
-    "gemma_offset_norm_geglu_embed_scale": (
-        "Gemma",
-        dict(BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=16),
-        GEMMA_SPEC,
-        lambda sd: _llama_like(sd, {"input_layernorm": "norm1", "post_attention_layernorm": "norm2"}, tied=True),
-    ),
-    "gemma2_sandwich_softcaps_scale": (
-        "Gemma2",
-        dict(BASE, num_attention_heads=4, num_key_value_heads=2, sliding_window=64, **GEMMA2),
-        dict(
-            GEMMA_SPEC,
-            attention={"heads": 4, "kv_heads": 2, "head_dim": 16, "scale": 24**-0.5, "softcap": 1.5},
-            norm={"type": "rmsnorm", "eps": 1e-6, "unit_offset": True, "placement": "sandwich"},
-            output={"softcap": 2.0},
-        ),
-        lambda sd: _llama_like(
-            sd,
-            {
-                "input_layernorm": "norm1",
-                "post_attention_layernorm": "norm1_post",
-                "pre_feedforward_layernorm": "norm2",
-                "post_feedforward_layernorm": "norm2_post",
-            },
-            tied=True,
-        ),
-    ),
-    "qwen3_head_qk_norm": (
-        "Qwen3",
-        dict(BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=8),
-        dict(
-            attention={"heads": 4, "kv_heads": 2, "qk_norm": "head"},
-            norm={"type": "rmsnorm", "eps": 1e-6},
-            mlp={"type": "swiglu", "hidden": 48},
-            position=ROTARY,
-            bias=False,
-            tie_embeddings=False,
-        ),
-        lambda sd: _llama_like(sd, {"input_layernorm": "norm1", "post_attention_layernorm": "norm2"}),
-    ),
-    "olmo2_output_norms_full_qk_norm": (
-        "Olmo2",
-        dict(BASE, num_attention_heads=4, num_key_value_heads=2),
-        dict(
-            attention={"heads": 4, "kv_heads": 2, "qk_norm": "full"},
-            norm={"type": "rmsnorm", "eps": 1e-5, "placement": "output"},
-            mlp={"type": "swiglu", "hidden": 48},
-            position=ROTARY,
-            bias=False,
-            tie_embeddings=False,
-        ),
-        lambda sd: _llama_like(
-            sd, {"post_attention_layernorm": "norm1_post", "post_feedforward_layernorm": "norm2_post"}
-        ),
-    ),
-    "neox_parallel_separate_norms": (
-        "GPTNeoX",
-        dict(
-            BASE,
-            num_attention_heads=4,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
-        ),
-        dict(
-            attention={"heads": 4},
-            mlp={"type": "classic", "hidden": 48, "activation": "gelu"},
-            position={**ROTARY, "fraction": 0.5},
-            parallel="separate_norms",
-            tie_embeddings=False,
-        ),
-        _neox,
-    ),
-    "phi_parallel_shared_norm_head_bias": (
-        "Phi",
-        dict(BASE, num_attention_heads=4),
-        dict(
-            attention={"heads": 4},
-            mlp={"type": "classic", "hidden": 48, "activation": "gelu_tanh"},
-            position={**ROTARY, "fraction": 0.5},
-            parallel="shared_norm",
-            bias={"qkv": True, "out": True, "mlp": True, "norm": True, "head": True},
-            tie_embeddings=False,
-        ),
-        _phi,
-    ),
-    "qwen2_moe_sigmoid_shared_expert": (
-        "Qwen2Moe",
-        dict(
-            BASE,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=24,
-            shared_expert_intermediate_size=40,
-        ),
-        dict(
-            attention={"heads": 4, "kv_heads": 2},
-            norm={"type": "rmsnorm", "eps": 1e-6},
-            mlp={
-                "type": "moe",
-                "experts": 4,
-                "active": 2,
-                "hidden": 24,
-                "router": {"normalize": False},
-                "shared": {"hidden": 40, "gate": "sigmoid"},
-            },
-            position=ROTARY,
-            bias={"qkv": True, "out": False, "mlp": False, "norm": False, "head": False},
-            tie_embeddings=False,
-        ),
-        _qwen2_moe,
-    ),
-}
 
 
 def _pair(case: str) -> tuple[Any, Any, Any]:
     arch, config, fields, mapping = CASES[case]
-    hf = _hf(arch, **config)
-    spec = _spec(**fields)
+    hf = hf_model(arch, **config)
+    spec = spec_of(**fields)
     ours = specc.build_torch(spec, weights=mapping(hf.state_dict()))
     return hf, ours, spec
 
@@ -281,7 +68,7 @@ FEATURES = {
 
 @pytest.mark.parametrize("name", list(FEATURES))
 def test_matmul_flops_and_params_equal_module(name: str) -> None:
-    spec = _spec(**FEATURES[name])
+    spec = spec_of(**FEATURES[name])
     model, g = specc.build_torch(spec), specc.lower(spec)
     b, n = 2, 9
     report = analyze(g, batch=b, seq=n, crossover=False)
@@ -296,7 +83,7 @@ def test_non_matmul_rows_count_the_new_elementwise_work() -> None:
     """QK-norm adds norm FLOPs over the q and k widths; the logit scale and softcap are lm_head rows."""
 
     def other(fields: dict[str, Any]) -> dict[str, int]:
-        d = analyze(specc.lower(_spec(**fields)), batch=1, seq=8, crossover=False).to_dict()["flops"]["forward"]
+        d = analyze(specc.lower(spec_of(**fields)), batch=1, seq=8, crossover=False).to_dict()["flops"]["forward"]
         return d["nonmatmul_by_category"]
 
     qk = FEATURES["head_qk_norm"]
