@@ -128,3 +128,36 @@ def test_embedding_scale_is_rounded_to_the_model_dtype() -> None:
     assert seen["ours"].dtype == torch.bfloat16 and torch.equal(seen["ours"], seen["hf"])
     unrounded = (ours.embed(ids).float() * D**0.5).to(torch.bfloat16)
     assert not torch.equal(unrounded, seen["ours"])  # rounding the scale first is what makes them equal
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ["norm.placement=sandwich", "norm.unit_offset=true", "attention.qk_norm=head", "attention.softcap=2.0",
+         "output={softcap: 3.0, scale: 0.5}", "embedding_scale=sqrt_d_model",
+         "mlp={type: moe, experts: 4, active: 2, hidden: 16, shared: {hidden: 24, gate: sigmoid}}"],
+        ["parallel=separate_norms", "attention.qk_norm=full", "norm.placement=pre"],
+    ],
+)  # fmt: skip
+def test_standalone_model_py_computes_the_same_logits(tmp_path: Any, sets: list[str]) -> None:
+    import subprocess
+    import sys
+
+    from specc.backends.torch import write_model_py
+
+    small = ["blocks=2", "d_model=32", "attention.heads=4", "attention.kv_heads=2", "vocab_size=50", "context=64"]
+    spec = specc.load_spec("llama2-7b", [*small, "mlp.hidden=48", "dtype=fp32", *sets])
+    gen = torch.Generator().manual_seed(6)
+    weights = {k: torch.randn(v.shape, generator=gen) * 0.3 for k, v in specc.build_torch(spec).state_dict().items()}
+    ids = torch.randint(0, 50, (2, 7), generator=gen)
+    with torch.no_grad():
+        torch.save((ids, specc.build_torch(spec, weights=weights)(ids)), tmp_path / "want.pt")
+    write_model_py(spec, tmp_path / "model.py", weights=weights)
+    code = (
+        "import model, torch; m = model.build(); ids, want = torch.load('want.pt')\n"
+        "with torch.no_grad(): torch.testing.assert_close(m(ids), want, atol=1e-5, rtol=1e-5)\n"
+        "print(m.generate(ids, 3).shape)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "torch.Size([2, 10])"
