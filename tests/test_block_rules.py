@@ -108,3 +108,27 @@ def test_decode_step_flops_equal_flop_counter(sets: list[str]) -> None:
         with FlopCounterMode(display=False) as counter:
             model.step(cache, torch.randint(0, 50, (b, 1)))
     assert counter.get_total_flops() == want
+
+
+ECOSYSTEM = {
+    "sandwich_caps_qk_offset": ["norm.placement=sandwich", "norm.unit_offset=true", "attention.qk_norm=head",
+                                "attention.softcap=2.0", "output={softcap: 3.0, scale: 0.5}",
+                                "embedding_scale=sqrt_d_model"],
+    "parallel_moe_shared": ["parallel=shared_norm", "attention.qk_norm=full",
+                            "mlp={type: moe, experts: 4, active: 2, hidden: 16, shared: {hidden: 24, gate: sigmoid}}"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(ECOSYSTEM))
+def test_compile_export_and_trace(case: str) -> None:
+    torch = pytest.importorskip("torch")
+    spec = specc.load_spec(
+        "llama2-7b", [*SMALL, "attention.kv_heads=2", "mlp.hidden=48", "dtype=fp32", *ECOSYSTEM[case]]
+    )
+    model = specc.build_torch(spec)
+    ids = torch.randint(0, 50, (2, 6))
+    with torch.no_grad():
+        want = model(ids)
+        torch.testing.assert_close(torch.compile(model, fullgraph=True, backend="eager")(ids), want)
+        torch.testing.assert_close(torch.export.export(model, (ids,)).module()(ids), want)
+        torch.testing.assert_close(torch.jit.trace(model, (ids,), check_trace=False)(ids), want)
