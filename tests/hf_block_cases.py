@@ -25,8 +25,8 @@ def spec_of(**fields: Any) -> Any:
 
 
 def hf_model(arch: str, **config: Any) -> Any:
-    cfg = getattr(transformers, f"{arch}Config")(**config)
-    model = getattr(transformers, f"{arch}ForCausalLM")._from_config(cfg, attn_implementation="eager")
+    cls = getattr(transformers, f"{arch}ForCausalLM")
+    model = cls._from_config(cls.config_class(**config), attn_implementation="eager")  # Gemma3: Gemma3TextConfig
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in model.parameters():
@@ -165,6 +165,12 @@ FALCON_SPEC = dict(
     position=ROTARY,
     bias={"qkv": False, "out": False, "mlp": False, "norm": True, "head": False},
 )
+SANDWICH = {
+    "input_layernorm": "norm1",
+    "post_attention_layernorm": "norm1_post",
+    "pre_feedforward_layernorm": "norm2",
+    "post_feedforward_layernorm": "norm2_post",
+}
 GEMMA_SPEC = dict(
     attention={"heads": 4, "kv_heads": 2, "head_dim": 16},
     norm={"type": "rmsnorm", "eps": 1e-6, "unit_offset": True},
@@ -190,16 +196,31 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Any]] = {
             norm={"type": "rmsnorm", "eps": 1e-6, "unit_offset": True, "placement": "sandwich"},
             output={"softcap": 2.0},
         ),
-        lambda sd: _llama_like(
-            sd,
-            {
-                "input_layernorm": "norm1",
-                "post_attention_layernorm": "norm1_post",
-                "pre_feedforward_layernorm": "norm2",
-                "post_feedforward_layernorm": "norm2_post",
-            },
-            tied=True,
+        lambda sd: _llama_like(sd, SANDWICH, tied=True),
+    ),
+    "gemma3_offset_qk_norm_local_global_kinds": (
+        "Gemma3",
+        dict(
+            BASE,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            query_pre_attn_scalar=24,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
         ),
+        dict(
+            GEMMA_SPEC,
+            attention={"heads": 4, "kv_heads": 2, "head_dim": 16, "scale": 24**-0.5, "qk_norm": "head"},
+            norm={"type": "rmsnorm", "eps": 1e-6, "unit_offset": True, "placement": "sandwich"},
+            position={"type": "rotary", "theta": 1e6},
+            layer_kinds={
+                "local": {"attention": {"mask": "sliding_window", "window": 4}, "position": {"theta": 10000.0}},
+                "global": {},
+            },
+            layer_pattern=["local", "global"],
+        ),
+        lambda sd: _llama_like(sd, SANDWICH, tied=True),
     ),
     "qwen3_head_qk_norm": (
         "Qwen3",

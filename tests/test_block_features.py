@@ -43,8 +43,10 @@ def test_logits_equal_hf(case: str) -> None:
     assert sum(p.numel() for p in ours.parameters()) == hf.num_parameters()
 
 
-def test_greedy_generation_equals_hf_with_softcaps() -> None:
-    hf, ours, _ = _pair("gemma2_sandwich_softcaps_scale")
+@pytest.mark.parametrize("case", ["gemma2_sandwich_softcaps_scale", "gemma3_offset_qk_norm_local_global_kinds"])
+def test_greedy_generation_equals_hf(case: str) -> None:
+    """KV-cache decoding with softcaps, QK-norm and (Gemma 3) a sliding window shorter than the sequence."""
+    hf, ours, _ = _pair(case)
     ids = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(2))
     want = hf.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)
     assert torch.equal(ours.generate(ids, 6), want)
