@@ -235,7 +235,7 @@ _emits(
     "attention",
     call=_attention_call,
     ctor=_attention_ctor,
-    structural=("cross", "padding"),
+    structural=("cross", "padding", "mask"),  # layers of differing masks (layer kinds) get their own classes
     variant=lambda op: (bool(op.attrs.get("rope_dims")), bool(op.attrs.get("softcap"))),
     state=lambda op: not op.attrs.get("cross"),
 )
