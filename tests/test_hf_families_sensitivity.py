@@ -18,19 +18,20 @@ from specc.interop import import_hf
 MUTATIONS = [
     ("qwen2-mixed", "layer_kinds.sliding.attention.window", 8),  # the sequences (11) outgrow both windows
     ("qwen2moe-shared", "mlp.router.normalize", True),
-    ("qwen2moe-shared", "mlp.shared.gate", "none"),
+    ("qwen2moe-step", "mlp.router.normalize", False),  # norm_topk_prob: true
     ("qwen3-qknorm", "norm.eps", 0.5),  # the QK-norms read norm.eps
-    ("gemma-geglu", "mlp.activation", "gelu"),
+    ("gemma-geglu", "norm.unit_offset", False),
+    ("gemma-geglu", "embedding_scale", 1.0),
     ("gemma2-sandwich", "attention.softcap", 50.0),
     ("gemma2-sandwich", "output.softcap", 30.0),
     ("gemma2-sandwich", "attention.scale", 32**-0.5),
     ("gemma3-local", "layer_kinds.sliding.position.theta", 1000000.0),
     ("phi3-longrope-long", "position.scaling.original_max_positions", 32),  # the short factors instead
     ("llama3-rope", "position.scaling.high_freq_factor", 2.0),
-    ("llama-yarn", "position.scaling.beta_fast", 32.0),
+    ("llama-yarn", "position.scaling.factor", 2.0),
     ("gptj-interleaved", "position.rotation", "half"),
     ("neox-parallel", "position.fraction", 0.5),
-    ("olmo2-post", "attention.qk_norm", "head"),
+    ("olmo2-post", "norm.eps", 0.3),  # read by the post-sublayer and the full-width QK norms
 ]
 
 
