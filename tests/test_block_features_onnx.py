@@ -108,3 +108,29 @@ def test_contrib_multi_head_attention_refuses_softcap(tmp_path: Path) -> None:
     spec = specc.load_spec("gpt2", [*TEXT, *RMS, "attention.softcap=5.0"])
     with pytest.raises(SpecError, match="MultiHeadAttention has no softcap"):
         export_onnx(spec, tmp_path / "m.onnx", attention="contrib")
+
+
+HF_CASES = [
+    "gemma2_sandwich_softcaps_scale",
+    "gemma3_offset_qk_norm_local_global_kinds",
+    "olmo2_output_norms_full_qk_norm",
+    "qwen2_moe_dense_layer_kind",
+    "falcon40b_parallel_separate_norms_gqa",
+    "gptj_parallel_shared_norm_interleaved_rope",
+]
+
+
+@pytest.mark.parametrize("case", HF_CASES)
+def test_onnx_logits_equal_hf(tmp_path: Path, case: str) -> None:
+    """The HF modules of tests/hf_block_cases.py, their weights copied by name, against onnxruntime."""
+    from hf_block_cases import CASES, V, hf_model, spec_of
+
+    arch, config, fields, mapping = CASES[case]
+    hf = hf_model(arch, **config)
+    spec = spec_of(**fields)
+    path = export_onnx(spec, tmp_path / "m.onnx", weights=mapping(hf.state_dict()))
+    ids = np.random.default_rng(5).integers(0, V, (2, 11))
+    with torch.no_grad():
+        want = hf(torch.from_numpy(ids)).logits.numpy()
+    got = session(path).run(["logits"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0]
+    assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max())
