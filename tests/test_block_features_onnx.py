@@ -134,3 +134,17 @@ def test_onnx_logits_equal_hf(tmp_path: Path, case: str) -> None:
         want = hf(torch.from_numpy(ids)).logits.numpy()
     got = session(path).run(["logits"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0]
     assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max())
+
+
+def test_encoder_decoder_qk_norm_on_self_and_cross_attention(tmp_path: Path) -> None:
+    sets = [*TEXT, "mlp.hidden=48", "norm={type: rmsnorm, placement: pre}", "attention.qk_norm=full"]
+    spec = specc.load_spec("transformer-base", sets)
+    g = specc.lower(spec)
+    assert {"decoder.blocks.0.cross_attn.q_norm", "decoder.blocks.0.cross_attn.k_norm"} <= {op.name for op in g.ops()}
+    assert g.params()["decoder.blocks.0.cross_attn.k_norm.weight"].shape == (32,)  # k of the packed [k | v]
+    weights = _random_weights(spec)
+    path = export_onnx(spec, tmp_path / "m.onnx", weights=weights)
+    feeds, valid = inputs(spec, True, np.random.default_rng(6))
+    want = torch_reference(specc.build_torch(spec, weights=weights), spec, feeds)["logits"]
+    got = run(session(path), feeds)["logits"]
+    assert np.abs(got - want)[valid].max() <= 1e-4 * max(1.0, np.abs(want).max())
