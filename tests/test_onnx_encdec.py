@@ -153,3 +153,13 @@ def test_decoder_target_checked_before_writing(cli: CLI, tmp_path: Path) -> None
                        *[a for s in SMALL for a in ("--set", s)])  # fmt: skip
     assert code == 2 and "t.decoder.onnx" in err and "Traceback" not in err
     assert not (tmp_path / "t.onnx").exists()
+
+
+def test_mismatched_decoder_file_is_a_user_error(cli: CLI, pair: Path, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copy(pair, tmp_path / "m.onnx")
+    gpt = specc.load_spec("gpt2", ["blocks=1", "d_model=32", "attention.heads=4", "vocab_size=61", "context=32"])
+    export_onnx(gpt, tmp_path / "m.decoder.onnx")  # a decoder-only model where the decoder graph belongs
+    code, _, err = cli("run", tmp_path / "m.onnx", "--input-ids", "3 4", "--generate", "2", "--provider", "cpu")
+    assert code == 2 and "not an encoder-decoder pair" in err and "Traceback" not in err

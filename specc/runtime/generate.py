@@ -163,9 +163,15 @@ def _seq2seq(
 
 def encode(model: OrtModel, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the encoder graph once: the decoder graph's constant inputs (encoder states and mask)."""
+    takes = {s.name for s in model.inputs("decoder")}
+    if "last_hidden_state" not in model.outputs("encoder") or "encoder_hidden_states" not in takes:
+        raise SpecError(
+            f"{model.path.name} and its decoder graph are not an encoder-decoder pair "
+            "(last_hidden_state → encoder_hidden_states)",
+            hint="export again with specc compile --target onnx --kv-cache",
+        )
     src = {k: v for k, v in feeds.items() if k in {s.name for s in model.inputs("encoder")}}
     hidden = model.run(src, "encoder")["last_hidden_state"]
-    takes = {s.name for s in model.inputs("decoder")}
     fixed = {"encoder_hidden_states": hidden}
     if "encoder_attention_mask" in takes:
         mask = feeds.get("attention_mask")
