@@ -8,7 +8,8 @@ Rules (Megatron-LM's, as ``torch.distributed.tensor.parallel`` expresses them), 
 - a ``linear`` reading an attention core, a GLU or an MLP activation is row-parallel: weight split along
   ``in`` (dim 1), bias replicated (added once after the all-reduce);
 - token ``embedding`` tables are vocabulary-parallel (dim 0) and so is the LM head (``lm_head`` category,
-  weight and bias along the vocabulary); a tied head owns no tensor;
+  weight and bias along the vocabulary); a tied head owns no tensor; a table another embedding shares (an
+  encoder-decoder's shared vocabulary) is kept whole;
 - ``moe`` experts ``[E, out, in]`` split the experts (dim 0) over ``ep`` and their hidden units over ``tp``;
 - everything else is replicated: norms, position tables, routers, pooler and classifier heads, patch
   embeddings, recurrent cells.
@@ -62,7 +63,8 @@ def chunk(n: int, parts: int, rank: int) -> int:
 def tp_role(g: LayerGraph, op: Op) -> str:
     """column | row | vocab | replicated, for a linear or embedding op (see the module docstring)."""
     if op.kind == "embedding":
-        return "vocab"
+        shared = any(o.kind == "embedding" and o.attrs.get("tied_to") == f"{op.name}.weight" for o in g.ops())
+        return "replicated" if shared else "vocab"  # a table another embedding reads is kept whole
     if op.kind != "linear":
         return "replicated"
     if op.category == "lm_head":
