@@ -50,7 +50,7 @@ MicroOpt = Annotated[int | None, typer.Option("--micro-batch", help="sequences p
 GlobalOpt = Annotated[int | None, typer.Option("--global-batch", help="sequences per step, all replicas")]
 LinkOpt = Annotated[str | None, typer.Option("--interconnect", help="nvlink | nvlink-a100 | pcie | infiniband | .yaml")]
 PlanOpt = Annotated[bool, typer.Option("--plan", help="rank the layouts of --devices N that fit, by step time")]
-DevicesOpt = Annotated[int | None, typer.Option("--devices", help="devices for --plan")]
+DevicesOpt = Annotated[int | None, typer.Option("--devices", help="devices for --plan (with --parallel: checked)")]
 TopOpt = Annotated[int | None, typer.Option("--top", help="plans to show (default 10)")]
 
 

@@ -30,7 +30,8 @@ CONVENTIONS = {
     "reduce-scatter (n−1)/n·S, all-to-all (n−1)/n of what it holds, p2p its tensor",
     "bubble": "1F1B pipeline: (P − 1) / (M + P − 1), M micro-batches per replica",
     "step_time": "roofline per op (÷ tp, ÷ cp) × 3 passes for training (+ recompute), (M + P − 1) slots of the "
-    "slowest stage, collectives at their link's bandwidth without overlap, then the dp gradient traffic",
+    "slowest stage, collectives at their link's bandwidth without overlap, then the dp gradient traffic; "
+    "inference: one forward of the global batch; kernels at peak, so a lower bound (MFU an upper bound)",
     "mfu": "model FLOPs (3 × forward in training, no recompute, full attention count) / (step × devices × peak)",
 }
 
