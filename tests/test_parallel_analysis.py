@@ -195,3 +195,15 @@ def test_weights_match_the_torch_distributed_plan() -> None:
                 shapes = runtime.local_params(g, tp, rank)
                 elems = sum(math.prod(s) for s in shapes.values())
                 assert per_device_weight_bytes(g, tp=tp, tp_rank=rank, dtype="fp32") == 4 * elems, (name, tp, rank)
+
+
+def test_context_parallel_halves_activations_and_rings_kv() -> None:
+    g = _graph("llama2-7b", "blocks=2")
+    s, b, m = 1024, 1, 2
+    tr = Training(micro_batch=b, global_batch=b * m)
+    one = analyze_layout(g, Layout(), training=tr, is_training=True, seq=s)
+    two = analyze_layout(g, Layout(cp=2), training=tr, is_training=True, seq=s)
+    assert two.memory["activations"] == one.memory["activations"] // 2
+    kv = 2 * 2 * s * 32 * 128 * 2 * b  # K and V of 2 layers, all tokens, bf16
+    assert two.comm_by_group["cp"] == {"all_gather": round(m * kv * 2 / 2), "reduce_scatter": round(m * kv / 2)}
+    assert two.comm_by_group["dp"]["all_reduce"] == round(g.num_params() * 2)  # gradients sync over dp × cp = 2
