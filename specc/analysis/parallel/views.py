@@ -99,7 +99,10 @@ def plan_sections(r: PlanResult) -> list[Section]:
             t.recompute if r.training else "-", fmt.nbytes(c.memory["total"]),
             fmt.seconds(c.step_time or 0), f"{100 * (c.mfu or 0):.1f}%",
         )  # fmt: skip
-    s.notes.append(f"{r.considered} layouts considered, {r.fitting} fit in {fmt.nbytes(r.device.memory)}")
+    s.notes.append(
+        f"{r.considered} layouts considered, {r.fitting} fit in {fmt.nbytes(r.device.memory)} "
+        "(per-device total ≤ device memory; no allowance for workspace or fragmentation)"
+    )
     s.notes.append(f"global batch {r.global_batch}; links: {r.link.name}; ranked by estimated step time")
     if not r.plans:
         s.notes.append("no layout fits: more devices, a smaller global batch, or a device with more memory")
