@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,9 @@ def load(path: str | os.PathLike[str]) -> Any:
         if tuple(info.size) != tuple(spec_p.shape):
             raise SpecError(f"{name} has shape {list(info.size)}; the spec needs {list(spec_p.shape)}", file=str(p))
         weights[name] = torch.empty(tuple(info.size), dtype=info.properties.dtype)
-    dcp.load(weights, checkpoint_id=str(p), no_dist=True)
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(weights, checkpoint_id=str(p), no_dist=True)
     return Checkpoint(spec, weights, train, None)
 
 
