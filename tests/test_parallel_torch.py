@@ -7,6 +7,7 @@ numbers (differences, byte counts, tokens) that the test asserts on.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tempfile
@@ -52,11 +53,11 @@ def spawn(world: int, fn: Any, *args: Any) -> list[Any]:
         return [torch.load(f"{out}/{r}.pt") for r in range(world)]
 
 
-def _spec(family: str) -> Any:
+def _spec(family: str, *more: str) -> Any:
     from specc.spec.loader import load_spec
 
     name, sets = FAMILIES[family]
-    return load_spec(name, overrides=sets)
+    return load_spec(name, overrides=[*sets, *more])
 
 
 def _loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
@@ -115,7 +116,12 @@ def tp_case(family: str, ckpt: str) -> dict[str, Any]:
     grads = _max_diff(_full_grads(model), {n: p.grad for n, p in ref.named_parameters()})
     local = {n: p.to_local() if isinstance(p, DTensor) else p for n, p in model.named_parameters()}
     checkpoint.save(model, ckpt, spec)
+    again = specc.parallelize(specc.build_torch(_spec(family, "init.seed=7")), mesh)
+    checkpoint.load_into(again, ckpt)  # a fresh parallel model (other seed) takes the saved weights
+    with torch.no_grad():
+        reloaded = float((model.eval()(ids[:, :-1], pad) - again(ids[:, :-1], pad)).abs().max())
     return {
+        "reloaded": reloaded,
         "logits": logits,
         "grads": grads,
         "tokens_equal": bool(torch.equal(*new)),
@@ -152,19 +158,29 @@ def dp_step_case(family: str, layout: tuple[int, int]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ tests
 
 
-def test_tp2_logits_gradients_generation_and_bytes_equal_single_process(tmp_path: Path) -> None:
+def test_tp2_logits_gradients_generation_and_bytes_equal_single_process(cli, tmp_path: Path) -> None:
     """One launch (process start-up dominates on small CPUs) for the three families."""
     ranks = spawn(2, tp_cases, str(tmp_path))
     for family in FAMILIES:
-        _check_tp(family, [r[family] for r in ranks], tmp_path / family)
+        _check_tp(cli, family, [r[family] for r in ranks], tmp_path / family)
 
 
-def _check_tp(family: str, results: list[dict[str, Any]], folder: Path) -> None:
+def _check_tp(cli: Any, family: str, results: list[dict[str, Any]], folder: Path) -> None:
     import specc
+    from specc.analysis.parallel.shard import per_device_weight_bytes
     from specc.parallel import checkpoint, local_params
 
     graph = specc.lower(_spec(family))
+    name, sets = FAMILIES[family]
+    code, out, err = cli(
+        "analyze", name, *(f"--set={s}" for s in sets), "--parallel", "tp=2,pp=1,dp=1", "--format", "json"
+    )
+    assert code == 0, err
+    analyzed = json.loads(out)["parallel"]["per_device"]["memory"]["weights"]
     for rank, res in enumerate(results):
+        assert res["bytes"] == per_device_weight_bytes(graph, tp=2, tp_rank=rank), (family, rank)
+        assert res["bytes"] == analyzed, (family, rank)  # the analyzer's `parallel.per_device.memory.weights`
+        assert res["reloaded"] == 0.0, (family, rank)
         assert res["logits"] < 1e-5, (family, rank, res["logits"])
         assert res["grads"] < 1e-5, (family, rank, res["grads"])
         assert res["tokens_equal"], (family, rank)
@@ -192,3 +208,29 @@ def test_dp2_by_tp2_on_four_processes_equals_single_process() -> None:
     for res in spawn(4, dp_step_case, "llama", (2, 2)):
         assert res["grads"] < 1e-5, res
         assert res["weights"] < 1e-5, res
+
+
+def test_plan_refuses_splits_that_do_not_divide_and_layouts_it_cannot_run() -> None:
+    import specc
+    from specc.errors import SpecError
+    from specc.parallel import check_tensor_parallel
+
+    graph = specc.lower(_spec("llama"))  # 4 heads, 2 KV heads, 48 hidden units
+    check_tensor_parallel(graph, 2)
+    with pytest.raises(SpecError, match="kv_heads 2 is not divisible by tp=4"):
+        check_tensor_parallel(graph, 4)
+    with pytest.raises(SpecError, match="heads 4 is not divisible by tp=3"):
+        check_tensor_parallel(graph, 3)
+    rnn = specc.lower(specc.load_spec("gru-bahdanau"))
+    with pytest.raises(SpecError, match="recurrent layers have no tensor-parallel plan"):
+        check_tensor_parallel(rnn, 2)
+
+    class Mesh:  # parallelize reads the names first: no process group needed to refuse them
+        mesh_dim_names = ("data", "tp")
+
+    model = specc.build_torch(graph)
+    with pytest.raises(SpecError, match="name them from"):
+        specc.parallelize(model, Mesh())
+    Mesh.mesh_dim_names = ("dp", "tp")
+    with pytest.raises(SpecError, match="sequence_parallel=True is not implemented"):
+        specc.parallelize(model, Mesh(), sequence_parallel=True)

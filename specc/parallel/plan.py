@@ -111,9 +111,15 @@ def check_tensor_parallel(graph: LayerGraph, tp: int) -> None:
     for op in graph.ops():
         if op.kind in ("rnn", "rnn_decoder"):
             raise SpecError(f"{name}: recurrent layers have no tensor-parallel plan", hint="use dp=N alone")
-    for op_name, rule in tensor_plan(graph).items():
+    plan = tensor_plan(graph)
+    for op_name, rule in plan.items():
         op = graph.op(op_name)
         if op.kind == "attention":
+            packed = op.inputs[:2] if op.attrs.get("cross") else op.inputs[:1]
+            if any(plan.get(src, Rule("")).style != "heads" for src in packed):
+                raise SpecError(
+                    f"{name}: {op_name} reads heads that no linear projection packs: no tensor-parallel plan"
+                )
             h, k = rule.parts
             if h % tp or k % tp:
                 what = f"heads {h}" if h % tp else f"kv_heads {k}"
