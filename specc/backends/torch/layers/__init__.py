@@ -27,7 +27,7 @@ from .rnn import RNNDecoder, rnn_states
 from .state import KVCache, State, last_positions, reuse
 
 # Files in dependency order: model.py inlines the definitions it uses in this order (never ``extras``).
-FILES = ("state", "attention", "embed", "moe", "rnn", "generation", "model")
+FILES = ("state", "attention", "embed", "moe", "rnn", "generation", "model", "hf")
 
 __all__ = [
     "AttentionCore",
