@@ -40,7 +40,8 @@ def hf_plan(graph: LayerGraph) -> Plan | None:
             plan = family.plan(graph, set())
         except SpecError:  # the family has no tensor for some parameter: not this spec's family
             continue
-        if plan.finish is _IDENTITY:  # a plan that also transforms the built tensors does not fit a table
+        # a plan that also transforms the built tensors, or has a rule not written as data, does not fit a table
+        if plan.finish is _IDENTITY and all(r.op for rules in plan.rules.values() for r in rules):
             return plan
     return None
 
