@@ -37,6 +37,11 @@ class AttentionOp(str, Enum):
     contrib = "contrib"
 
 
+class MoEForm(str, Enum):
+    sparse = "sparse"
+    dense = "dense"
+
+
 _DEFAULT_SUFFIX = {Target.torch: ".safetensors", Target.python: ".py", Target.onnx: ".onnx"}
 
 
@@ -52,6 +57,10 @@ def compile_(
         AttentionOp, typer.Option("--attention", help="ONNX attention op: standard (opset 23/24) | contrib")
     ] = AttentionOp.standard,
     kv_cache: Annotated[bool, typer.Option("--kv-cache", help="ONNX: past_key_values inputs, present outputs")] = False,
+    moe: Annotated[
+        MoEForm,
+        typer.Option("--moe", help="ONNX MoE: sparse (experts run on their routed tokens) | dense (static shapes)"),
+    ] = MoEForm.sparse,
     sets: SetOpt = None,
 ) -> None:
     """Compile a spec: weights + spec (torch), a standalone model.py (python) or ONNX with fused attention."""
@@ -75,5 +84,7 @@ def compile_(
     else:
         from ..backends.onnx.export import export_onnx
 
-        export_onnx(s, path, weights=weights, dtype=dt, opset=opset, attention=attention.value, kv_cache=kv_cache)
+        export_onnx(
+            s, path, weights=weights, dtype=dt, opset=opset, attention=attention.value, kv_cache=kv_cache, moe=moe.value
+        )
     out.print(f"wrote {path}")
