@@ -12,8 +12,11 @@ Conventions every backend follows:
   ``[q heads | k heads | v heads]`` each ``head_dim`` wide, or (cross) ``q`` and a packed ``kv = [k | v]``.
   An optional last input is the key padding mask ``[B, N_k]`` (1 = keep, 0 = pad). ``mask`` is the
   structural mask: none | causal | sliding_window (``window`` keys back, self included) | prefix (the first
-  ``prefix`` positions see each other, the rest are causal). ``rope_dims`` > 0 rotates the first
-  ``rope_dims`` dims of each q/k head (GPT-NeoX half-split convention) with base ``rope_theta``.
+  ``prefix`` positions see each other, the rest are causal) | chunked (causal inside each chunk of ``chunk``
+  positions: k // chunk == q // chunk). ``rope_dims`` > 0 rotates the first ``rope_dims`` dims of each q/k
+  head with base ``rope_theta``: the two halves together (GPT-NeoX), or adjacent pairs when
+  ``rope_interleaved`` (GPT-J); ``rope_scaling`` (None or a dict with ``type`` and its parameters, defaults
+  resolved) scales the frequencies and cos/sin as ``specc.backends.torch.layers.rope`` computes them.
 - ``moe`` expert weights are ``[E, out, in]``; gates are softmax over router logits, top-``active``,
   renormalised when ``normalize``. Two attributes act in training only (Switch Transformer, Fedus 2021):
   ``jitter`` multiplies the router input by noise drawn from U(1 - jitter, 1 + jitter) (0: off), and

@@ -8,9 +8,19 @@ same rules.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    TypeAdapter,
+    create_model,
+    model_validator,
+)
 
 # Generous but finite: a typo like d_model: 7680000 is an error, not an allocation attempt.
 MAX_WIDTH = 1 << 17  # 131072
@@ -83,13 +93,16 @@ class Attention(_Strict):
     heads: SInt = Field(..., ge=1, le=MAX_HEADS, description="query heads H")
     kv_heads: SInt | None = Field(None, ge=1, le=MAX_HEADS, description="K/V heads (GQA/MQA); default H")
     head_dim: SInt | None = Field(None, ge=1, le=MAX_WIDTH, description="D_H; default d_model / heads")
-    mask: Literal["causal", "none", "padding", "sliding_window", "prefix"] | None = Field(
+    mask: Literal["causal", "none", "padding", "sliding_window", "prefix", "chunked"] | None = Field(
         None,
         description="self-attention visibility (default: causal for decoders, none otherwise); padding masks "
         "also come from attention_mask at run time",
     )
     window: SInt | None = Field(None, ge=1, le=MAX_CONTEXT, description="sliding_window: keys visible behind")
     prefix: SInt | None = Field(None, ge=1, le=MAX_CONTEXT, description="prefix: bidirectional prefix length")
+    chunk: SInt | None = Field(
+        None, ge=1, le=MAX_CONTEXT, description="chunked: a query sees the keys of its own chunk of this many positions"
+    )
     scale: float | None = Field(None, gt=0, description="score scale; default 1/sqrt(head_dim)")
 
 
@@ -149,13 +162,71 @@ MLP = Annotated[
 ]
 
 
+class RopeScaling(_Strict):
+    """RoPE frequency scaling (context extension), with the parameters and defaults of transformers'
+    ``ROPE_INIT_FUNCTIONS``. Which fields each type reads is checked by a rule."""
+
+    type: Literal["linear", "dynamic", "llama3", "yarn", "longrope"]
+    factor: float | None = Field(None, gt=0, description="context extension factor (longrope: default context / "
+                                 "original_max_positions)")  # fmt: skip
+    original_max_positions: SInt | None = Field(
+        None,
+        ge=1,
+        le=MAX_CONTEXT,
+        description="pre-training context (llama3, yarn, longrope; dynamic, default context)",
+    )
+    low_freq_factor: float | None = Field(None, gt=0, description="llama3")
+    high_freq_factor: float | None = Field(None, gt=0, description="llama3")
+    beta_fast: float | None = Field(None, gt=0, description="yarn: default 32")
+    beta_slow: float | None = Field(None, gt=0, description="yarn: default 1")
+    mscale: float | None = Field(None, ge=0, description="yarn: attention factor numerator scale")
+    mscale_all_dim: float | None = Field(None, ge=0, description="yarn: attention factor denominator scale")
+    attention_factor: float | None = Field(
+        None, gt=0, description="yarn, longrope: scale of cos/sin; default from factor (and mscale)"
+    )
+    truncate: SBool | None = Field(None, description="yarn: round the correction range to whole dims (default true)")
+    short_factor: list[float] | None = Field(None, description="longrope: per-frequency factors up to the original "
+                                             "context, head_dim·fraction/2 of them")  # fmt: skip
+    long_factor: list[float] | None = Field(None, description="longrope: per-frequency factors beyond it")
+
+
 class Position(_Strict):
     type: Literal["learned", "sinusoidal", "rotary", "none", "learned_2d", "sinusoidal_2d"] = "learned"
     theta: float = Field(10000.0, gt=0, description="rotary base")
     fraction: float = Field(1.0, gt=0, le=1.0, description="rotary: fraction of head_dim rotated")
+    rotation: Literal["half", "interleaved"] = Field(
+        "half", description="rotary: rotate the two halves (GPT-NeoX, Llama) or adjacent pairs (GPT-J)"
+    )
+    scaling: RopeScaling | None = Field(None, description="rotary: frequency scaling; absent = plain RoPE")
 
 
 PositionField = Annotated[Position, BeforeValidator(_typed_shortcut, json_schema_input_type=Union[str, Position])]
+
+
+def _patch(model: type[BaseModel], doc: str) -> Any:
+    """``model`` with every field optional and no defaults: the keys a layer kind overrides (the given ones are
+    ``model_fields_set``). Derived from ``model`` so that new fields are overridable without another edit."""
+    fields: dict[str, Any] = {}
+    for key, f in model.model_fields.items():
+        typ = Annotated[(f.annotation, *f.metadata)] if f.metadata else f.annotation
+        fields[key] = (Optional[typ], Field(None, description=f.description))  # noqa: UP045 (typ is a value)
+    return create_model(f"{model.__name__}Override", __base__=_Strict, __doc__=doc, **fields)
+
+
+AttentionOverride = _patch(Attention, "attention keys of one layer kind, merged onto the top-level attention")
+PositionOverride = _patch(Position, "position keys of one layer kind, merged onto the top-level position")
+KindName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
+
+
+class LayerKind(_Strict):
+    """A named variant of the block: each part given overrides the top-level one for the layers of this kind."""
+
+    attention: AttentionOverride | None = Field(None, description="merged onto the top-level attention (keys given)")
+    position: Annotated[
+        PositionOverride | None,
+        BeforeValidator(_typed_shortcut, json_schema_input_type=Union[str, PositionOverride, None]),
+    ] = Field(None, description="merged onto the top-level position ({type: none}: no RoPE in these layers)")
+    mlp: MLP | None = Field(None, description="replaces the top-level mlp in these layers")
 
 
 class Init(_Strict):
@@ -223,6 +294,15 @@ class _Transformer(_Base):
     bias: Bias = Field(default_factory=BiasFlags)
     embedding_scale: float | Literal["sqrt_d_model"] | None = Field(
         None, description="multiply token embeddings by this (original Transformer: sqrt_d_model)"
+    )
+    layer_kinds: dict[KindName, LayerKind] | None = Field(
+        None, description="named variants of the block (attention / position / mlp overrides), used by layer_pattern"
+    )
+    layer_pattern: list[KindName] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_BLOCKS,
+        description="kind of each block, repeated cyclically over the blocks (a list of length blocks: per layer)",
     )
 
 

@@ -180,6 +180,8 @@ _emits(
 )
 
 SELF_ATTENTION_DEFAULTS = {"mask": "causal", "scale": None, "window": None, "prefix": None, "dropout": 0.0}
+SELF_ATTENTION_DEFAULTS["chunk"] = None
+ROTARY_DEFAULTS = {"rope_scaling": None, "rope_interleaved": False}
 
 
 def _attention_ctor(op: Op, a: Attr) -> str:
@@ -189,7 +191,11 @@ def _attention_ctor(op: Op, a: Attr) -> str:
         return f"CrossAttention({head}{_kwargs(a, op, defaults)})"
     defaults = dict(SELF_ATTENTION_DEFAULTS)
     defaults["scale"] = 1.0 / op.attrs["head_dim"] ** 0.5  # written only when it is not 1/√head_dim
-    rope = f", rope=Rotary({a('rope_dims')}, {a('rope_theta')})" if op.attrs.get("rope_dims") else ""
+    rope = ""
+    if op.attrs.get("rope_dims"):
+        extra = _kwargs(a, op, ROTARY_DEFAULTS).replace(", rope_scaling=", ", scaling=")
+        extra = extra.replace(", rope_interleaved=", ", interleaved=")
+        rope = f", rope=Rotary({a('rope_dims')}, {a('rope_theta')}{extra})"
     return f"SelfAttention({head}{_kwargs(a, op, defaults)}{rope})"
 
 

@@ -6,7 +6,7 @@ compile --target python`` copies the definitions a model uses into its standalon
 
 from __future__ import annotations
 
-from .attention import AttentionCore, CrossAttention, Rotary, SelfAttention
+from .attention import AttentionCore, CrossAttention, SelfAttention
 from .embed import (
     ClsToken,
     LearnedPositions,
@@ -24,10 +24,11 @@ from .generation import GenerationError, pick_tokens
 from .model import Model
 from .moe import MoE
 from .rnn import RNNDecoder, rnn_states
+from .rope import Rotary
 from .state import KVCache, State, last_positions, reuse
 
 # Files in dependency order: model.py inlines the definitions it uses in this order (never ``extras``).
-FILES = ("state", "attention", "embed", "moe", "rnn", "generation", "model")
+FILES = ("state", "rope", "attention", "embed", "moe", "rnn", "generation", "model")
 
 __all__ = [
     "AttentionCore",
