@@ -7,6 +7,7 @@ import numpy as np
 from ...ir.graph import Op
 from .builder import GraphBuilder
 from .emit import emits
+from .fuse import mark_residual, skip_norm
 
 
 def weight_t(b: GraphBuilder, name: str, perm: tuple[int, ...] = (1, 0)) -> str:
@@ -46,7 +47,8 @@ def make_layernorm(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     ins = [xs[0], b.param(f"{op.name}.weight")]
     if op.attrs.get("bias"):
         ins.append(b.param(f"{op.name}.bias"))
-    return b.op("LayerNormalization", ins, scope=op.name, axis=-1, epsilon=float(op.attrs["eps"]))
+    fused = skip_norm(b, op, xs[0], ins[1], ins[2] if len(ins) > 2 else None, float(op.attrs["eps"]), rms=False)
+    return fused or b.op("LayerNormalization", ins, scope=op.name, axis=-1, epsilon=float(op.attrs["eps"]))
 
 
 def _rms_weight(b: GraphBuilder, op: Op) -> str:
@@ -58,7 +60,9 @@ def _rms_weight(b: GraphBuilder, op: Op) -> str:
 @emits("rmsnorm")
 def make_rmsnorm(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     # RMSNormalization is an opset-23 op (stash_type 1: computed in fp32 for fp16/bf16 models).
-    return b.op("RMSNormalization", [xs[0], _rms_weight(b, op)], scope=op.name, axis=-1, epsilon=float(op.attrs["eps"]))
+    w = _rms_weight(b, op)
+    fused = skip_norm(b, op, xs[0], w, None, float(op.attrs["eps"]), rms=True)
+    return fused or b.op("RMSNormalization", [xs[0], w], scope=op.name, axis=-1, epsilon=float(op.attrs["eps"]))
 
 
 @emits("slice_rmsnorm")
@@ -88,7 +92,9 @@ def make_glu(b: GraphBuilder, op: Op, xs: list[str]) -> str:
 
 @emits("add")
 def make_add(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    return b.op("Add", xs[:2], scope=op.name)
+    y = b.op("Add", xs[:2], scope=op.name)
+    mark_residual(b, y)  # a norm reading it may fuse with it (fuse.skip_norm)
+    return y
 
 
 @emits("scale")

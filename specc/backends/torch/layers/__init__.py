@@ -30,7 +30,7 @@ from .rope import Rotary
 from .state import KVCache, State, last_positions, reuse
 
 # Files in dependency order: model.py inlines the definitions it uses in this order (never ``extras``).
-FILES = ("state", "rope", "attention", "embed", "norms", "moe", "rnn", "generation", "model")
+FILES = ("state", "rope", "attention", "embed", "norms", "moe", "rnn", "generation", "model", "hf")
 
 __all__ = [
     "AttentionCore",
