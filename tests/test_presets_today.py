@@ -52,3 +52,17 @@ def test_preset_is_the_import_of_its_source_config(preset: str, tmp_path: Path) 
     path.write_text(json.dumps(HUB_CONFIGS[preset], indent=2), encoding="utf-8")
     imported = import_hf(path).spec.model_dump(exclude=_NOT_ARCHITECTURE)
     assert imported == load_spec(preset).model_dump(exclude=_NOT_ARCHITECTURE)
+
+
+@pytest.mark.parametrize("preset", HUB_CONFIGS)
+def test_hf_counts_the_published_number_from_the_same_config(preset: str) -> None:
+    """The configs above are the released ones: transformers builds (on the meta device, allocating nothing)
+    a model of exactly the published size from each."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    data = HUB_CONFIGS[preset]
+    cls = getattr(transformers, data["architectures"][0])
+    skip = {"architectures", "model_type", "transformers_version", "torch_dtype"}
+    with torch.device("meta"):
+        model = cls(cls.config_class(**{k: v for k, v in data.items() if k not in skip}))
+    assert model.num_parameters() == PUBLISHED[preset]
