@@ -25,8 +25,8 @@ def default_device(name: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def new_run(spec: Any, cfg: TrainConfig, device: torch.device) -> Run:
-    return setup(spec, cfg, device)
+def new_run(spec: Any, cfg: TrainConfig, device: torch.device, mesh: Any = None) -> Run:
+    return setup(spec, cfg, device, mesh=mesh)
 
 
 def resume_run(path: str | Path, overrides: dict[str, Any], device: torch.device, spec: Any = None) -> Run:
@@ -73,4 +73,24 @@ def save_run(run: Run, path: str | Path) -> Path:
         "config": run.cfg.to_json(),
         "history": run.history,
     }
-    return C.save(path, run.spec, run.model, run.optimizer, state)
+    if run.mesh is None:
+        return C.save(path, run.spec, run.model, run.optimizer, state)
+    return save_parallel(run, path, state)
+
+
+def save_parallel(run: Run, path: str | Path, state: dict[str, Any]) -> Path:
+    """From every rank: ``*.safetensors`` gathers the weights and Adam moments, which rank 0 writes as the
+    single-process checkpoint and sidecar; any other path is a distributed checkpoint folder (each rank
+    writes its shards; weights only)."""
+    import torch.distributed as dist
+
+    from ..parallel import checkpoint as distributed
+
+    if not str(path).endswith(".safetensors"):
+        return distributed.save(run.model, path, run.spec, state)
+    weights = distributed.full_state_dict(run.model)
+    moments = distributed.full_optimizer_tensors(run.model, run.optimizer)
+    if dist.get_rank() == 0:
+        C.save_tensors(path, run.spec, weights, moments, state)
+    dist.barrier()
+    return Path(path)

@@ -18,7 +18,7 @@ def init_rule(module: nn.Module, local: str) -> str:
     if isinstance(module, nn.RNNBase) or hasattr(module, "cell"):
         return "rnn"
     if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
-        return "ones" if local == "weight" else "zeros"
+        return "ones" if local == "weight" and not getattr(module, "unit_offset", False) else "zeros"
     return "zeros" if local == "bias" or local.startswith("b_") else "normal"
 
 
