@@ -97,8 +97,6 @@ def train(
         raise SpecError("missing --output / -o", hint="e.g. -o reverse.safetensors")
     _check_numbers(locals())
     layout = launch.parse_layout(parallel) if parallel is not None else None
-    if layout is not None and resume is not None:
-        raise SpecError("--resume does not combine with --parallel yet", hint="resume in one process")
     if layout is not None and not output.name.endswith(".safetensors"):
         _check_folder(output, spec, text)
     else:
@@ -119,7 +117,7 @@ def train(
     if resume is not None:
         if sets:
             raise SpecError("--set cannot change the model of a resumed checkpoint", hint="leave out --set")
-        run = resume_run(resume, flags, dev, spec=load(spec) if spec else None)
+        run = resume_run(resume, flags, dev, spec=load(spec) if spec else None, mesh=mesh)
         side = optimizer_path(resume)
         if side.is_file():
             out.print(f"resuming {resume} at step {run.step} (optimizer state from {side})")
