@@ -42,7 +42,9 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False) -> An
             "whole sequence",
             hint="leave sequence_parallel off (tensor parallelism still splits weights and activations by heads)",
         )
-    graph = model.graph
+    graph = getattr(model, "graph", None)
+    if graph is None:
+        raise SpecError("parallelize takes a model built by specc (build_torch): its plan comes from model.graph")
     kernels.restore(model)  # DTensor and FSDP parameters run on F.linear
     tp = mesh["tp"] if "tp" in names else None
     dp = mesh["dp"] if "dp" in names else None
