@@ -60,7 +60,10 @@ def train(
     spec: Annotated[str | None, typer.Argument(help="spec file or preset (omit with --resume)")] = None,
     task: Annotated[str | None, typer.Option("--task", "-t", help="reverse | copy | sort | add | lm")] = None,
     steps: Annotated[int | None, typer.Option("--steps", "-n", help="train until this many optimizer steps")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="checkpoint to write (.safetensors; --parallel: also a folder)")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="checkpoint to write (.safetensors; --parallel: also a folder)"),
+    ] = None,
     batch: Annotated[int | None, typer.Option(help="sequences per step [64]")] = None,
     lr: Annotated[float | None, typer.Option(help="peak learning rate (AdamW) [1e-3]")] = None,
     min_len: Annotated[int | None, typer.Option(help="shortest source (add: digits per operand)")] = None,
