@@ -14,6 +14,7 @@ from specc.analysis import analyze
 from specc.interop import import_hf
 
 PUBLISHED = {
+    "llama3.1-8b": 8_030_261_248,
     "mistral-7b": 7_241_732_096,
     "qwen2.5-7b": 7_615_616_512,
     "phi3-mini-4k": 3_821_079_552,

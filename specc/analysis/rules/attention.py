@@ -62,7 +62,7 @@ def attention_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop
     if mask == "chunked" and ctx.kv_len is not None:  # the new token sees its own chunk so far
         pairs = nq * ((ctx.kv_len - 1) % a["chunk"] + 1)
     full, useful = 2 * b * h * nq * nk * hd, 2 * b * h * pairs * hd
-    per_score = C.SOFTMAX + C.SCORE_SCALE
+    per_score = C.SOFTMAX + C.SCORE_SCALE + (C.SOFTCAP if a.get("softcap") else 0)
     parts = [
         Flop("qk", matmul=full, matmul_useful=useful),
         Flop("softmax", other=per_score * b * h * nq * nk, other_useful=per_score * b * h * pairs),

@@ -197,10 +197,10 @@ def _check_quantized(model: onnx.ModelProto, chosen: set[str]) -> None:
 
 @contextlib.contextmanager
 def _quiet():
-    """onnxruntime's quantizers log every node at INFO through the root logger."""
+    """onnxruntime's quantizers log every node at INFO (and advice at WARNING) through the root logger."""
     logger = logging.getLogger()
     level = logger.level
-    logger.setLevel(max(level, logging.WARNING))
+    logger.setLevel(max(level, logging.ERROR))
     try:
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
             yield
