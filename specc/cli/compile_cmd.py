@@ -37,6 +37,11 @@ class AttentionOp(str, Enum):
     contrib = "contrib"
 
 
+class Quantize(str, Enum):
+    int8 = "int8"
+    int4 = "int4"
+
+
 _DEFAULT_SUFFIX = {Target.torch: ".safetensors", Target.python: ".py", Target.onnx: ".onnx"}
 
 
@@ -52,9 +57,26 @@ def compile_(
         AttentionOp, typer.Option("--attention", help="ONNX attention op: standard (opset 23/24) | contrib")
     ] = AttentionOp.standard,
     kv_cache: Annotated[bool, typer.Option("--kv-cache", help="ONNX: past_key_values inputs, present outputs")] = False,
+    quantize: Annotated[
+        Quantize | None,
+        typer.Option("--quantize", help="ONNX: weight-only int8 | int4 linears (onnxruntime MatMulNBits)"),
+    ] = None,
+    block_size: Annotated[
+        int, typer.Option("--block-size", help="--quantize: input channels per scale: 16 | 32 | 64 | 128")
+    ] = 32,
+    quantize_head: Annotated[
+        bool,
+        typer.Option(
+            "--quantize-head/--no-quantize-head", help="--quantize: also quantize lm_head (and a tied embedding)"
+        ),
+    ] = True,
     sets: SetOpt = None,
 ) -> None:
     """Compile a spec: weights + spec (torch), a standalone model.py (python) or ONNX with fused attention."""
+    if target is not Target.onnx and quantize is not None:
+        from ..errors import SpecError
+
+        raise SpecError("--quantize applies to --target onnx", hint="the torch targets stay in float")
     s = load(spec, sets)
     path = output or Path(f"{s.name}{_DEFAULT_SUFFIX[target]}")
     check_output(path, *weight_files(weights))  # before building or exporting anything
@@ -75,5 +97,7 @@ def compile_(
     else:
         from ..backends.onnx.export import export_onnx
 
-        export_onnx(s, path, weights=weights, dtype=dt, opset=opset, attention=attention.value, kv_cache=kv_cache)
+        export_onnx(s, path, weights=weights, dtype=dt, opset=opset, attention=attention.value, kv_cache=kv_cache,
+                    quantize=quantize.value if quantize else None, block_size=block_size,
+                    quantize_head=quantize_head)  # fmt: skip
     out.print(f"wrote {path}")

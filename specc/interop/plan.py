@@ -177,3 +177,10 @@ def listed(what: str, items: list[str], hint: str) -> list[Diagnostic]:
     if len(items) > MAX_LISTED:
         shown.append(Diagnostic(f"... and {len(items) - MAX_LISTED} more"))
     return [*shown[:-1], Diagnostic(shown[-1].message, hint=hint)]
+
+
+def reordered(src: str, shape: ShapeT, index: list[int], how: str) -> Rule:
+    """Rows of a fused tensor in another order (``out[i] = src[index[i]]``): per-head or per-group q/k/v."""
+    if sorted(index) != list(range(shape[0])):
+        raise ValueError(f"row order of {src} is not a permutation of {shape[0]} rows")
+    return Rule((src,), (shape,), lambda x: ops.take(x, 0, index), f"rows reordered ({how})")

@@ -38,6 +38,7 @@ from . import save as _save
 from .builder import ExportOptions
 from .graph_transformer import build_transformer, validate
 from .kv_cache import LAYOUT
+from .quantize import Quantization, quantize_model
 from .save import set_metadata
 from .weights import export_weights
 
@@ -57,7 +58,11 @@ def export_onnx(
     attention: str = "standard",
     kv_cache: bool = False,
     padding_mask: bool = True,
+    moe: str = "sparse",
     check: bool = True,
+    quantize: str | Quantization | None = None,
+    block_size: int = 32,
+    quantize_head: bool = True,
 ) -> Path:
     """Write ``spec`` as ONNX with one fused attention node per attention layer; returns ``path``.
 
@@ -68,6 +73,10 @@ def export_onnx(
     ``kv_cache``: ``past_key_values.{i}.key|value`` inputs → ``present.{i}.key|value`` outputs.
     ``padding_mask=False`` drops the ``attention_mask`` input (all tokens valid). Decoder-only graphs also take
     an optional ``position_ids`` input; by default their positions follow ``attention_mask`` (positions.py).
+    ``quantize``: ``int8`` | ``int4`` weight-only quantized linears (quantize.py), blocks of ``block_size``
+    input channels, lm_head included unless ``quantize_head=False``.
+    ``moe``: ``sparse`` (each expert runs on its routed tokens) or ``dense`` (every expert on every token:
+    static shapes, no data-dependent ops); see ops_moe.py.
     """
     from ...spec.loader import load_spec
 
@@ -80,11 +89,15 @@ def export_onnx(
         attention=attention,
         kv_cache=kv_cache,
         padding_mask=padding_mask,
+        moe=moe,
     )
     opts.validate()
+    quant = _quantization(quantize, block_size, quantize_head, opts.dtype)
     family = g.meta["family"]
     if family == "rnn_seq2seq" and kv_cache:
         raise SpecError("--kv-cache does not apply to RNN seq2seq", hint="its decoder_step graph carries the state")
+    if family == "rnn_seq2seq" and quant is not None:
+        raise SpecError("--quantize applies to Transformer models", hint="RNN seq2seq exports stay in float")
     if family != "rnn_seq2seq":
         validate(g, opts)
     given = Path(path)
@@ -94,6 +107,8 @@ def export_onnx(
     _check_memory(g, opts)
     w = export_weights(spec, g, weights)
     base = _metadata(spec, g, opts)
+    if quant is not None:
+        base.update(quant.metadata())
     if family == "rnn_seq2seq":
         from .graph_rnn import build_rnn
 
@@ -103,9 +118,19 @@ def export_onnx(
         write_models([(step, step_path(path)), (encoder, path)], check)
         return given
     model = build_transformer(g, w, opts)
+    if quant is not None:
+        model = quantize_model(model, g, quant)
     set_metadata(model, {**base, "specc.role": "model"})
     write_models([(model, path)], check)
     return given
+
+
+def _quantization(quantize: str | Quantization | None, block_size: int, head: bool, dtype: str) -> Quantization | None:
+    if quantize is None:
+        return None
+    q = quantize if isinstance(quantize, Quantization) else Quantization(str(quantize), int(block_size), bool(head))
+    q.validate(dtype)
+    return q
 
 
 def _weight_inputs(weights: Any) -> list[Path]:
@@ -204,4 +229,6 @@ def _metadata(spec: Any, g: LayerGraph, opts: ExportOptions) -> dict[str, str]:
     }
     if opts.kv_cache:
         meta["specc.kv_layout"] = LAYOUT
+    if any(op.kind == "moe" for op in g.ops()):
+        meta["specc.moe"] = opts.moe
     return meta
