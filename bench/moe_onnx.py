@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 # Mixtral-8x7B's shape (8 SwiGLU experts, top-2, GQA 4:1, RMSNorm, rotary, vocab 32000), scaled down so that
-# two fp32 sessions fit a small machine: D 512, expert hidden 1792 (Mixtral's 3.5·D), 8 blocks.
-SPEC = ["d_model=512", "blocks=8", "attention.heads=8", "attention.kv_heads=2", "mlp.hidden=1792",
+# a run takes minutes on 2 busy cores: D 384, expert hidden 1344 (Mixtral's 3.5·D), 8 blocks.
+SPEC = ["d_model=384", "blocks=8", "attention.heads=8", "attention.kv_heads=2", "mlp.hidden=1344",
         "context=1024", "dtype=fp32"]  # fmt: skip
 QUICK = ["d_model=128", "blocks=2", "attention.heads=4", "attention.kv_heads=1", "mlp.hidden=448",
          "context=256", "dtype=fp32"]  # fmt: skip

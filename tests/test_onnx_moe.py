@@ -124,3 +124,14 @@ def test_sparse_moe_fp16_within_half_precision_tolerance(tmp_path: Path) -> None
 def test_unknown_moe_form_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="unknown MoE form"):
         export_onnx(_spec("swiglu_top2_norm"), tmp_path / "m.onnx", moe="grouped")
+
+
+@pytest.mark.parametrize("form", ["sparse", "dense"])
+def test_compile_moe_flag(cli, tmp_path: Path, form: str) -> None:
+    out = tmp_path / "m.onnx"
+    sets = [x for s in [*TEXT, "attention.kv_heads=2", f"mlp={VARIANTS['swiglu_top2_norm']}"] for x in ("--set", s)]
+    code, _, err = cli("compile", "mixtral-8x7b", "--target", "onnx", "--moe", form, "-o", str(out), *sets)
+    assert code == 0, err
+    model = onnx.load(out)
+    assert {p.key: p.value for p in model.metadata_props}["specc.moe"] == form
+    assert ("NonZero" in {n.op_type for n in model.graph.node}) == (form == "sparse")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import resolve
+from .rules_block import block_violations
 from .schema import (
     MAX_WIDTH,
     DecoderSpec,
@@ -58,6 +59,7 @@ def violations(spec: _Base) -> Any:
         yield from _mlp(spec)
         yield from _position(spec)
         yield from _size(spec)
+        yield from block_violations(spec)
         yield from layer_kinds(spec)
     if isinstance(spec, ViTSpec):
         yield from _vit(spec)
