@@ -90,7 +90,38 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 
 def tp_cases(folder: str) -> dict[str, dict[str, Any]]:
-    return {family: tp_case(family, f"{folder}/{family}") for family in FAMILIES}
+    out = {family: tp_case(family, f"{folder}/{family}") for family in FAMILIES}
+    out.update({f"{family}+sp": sp_case(family) for family in ("gpt", "llama")})
+    return out
+
+
+def sp_case(family: str) -> dict[str, Any]:
+    """Sequence parallel on top of tp=2: the residual stream split by positions between blocks."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import specc
+    from specc.errors import SpecError
+
+    spec = _spec(family)
+    ref = specc.build_torch(spec)
+    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
+    model = specc.parallelize(specc.build_torch(spec), mesh, sequence_parallel=True)
+    ids = torch.randint(0, 64, (3, 9), generator=torch.Generator().manual_seed(3))
+    pad = torch.ones(3, 8, dtype=torch.long)
+    pad[1, :2] = 0
+    with torch.no_grad():
+        logits = float((ref(ids[:, :-1], pad) - model(ids[:, :-1], pad)).abs().max())
+    refused = []
+    for call in (lambda: model.generate(ids[:, :4], 2), lambda: model(ids[:, :7])):
+        try:
+            call()
+        except SpecError as e:
+            refused.append(str(e))
+    ref.train(), model.train()
+    _loss(ref, ids).backward()
+    _loss(model, ids).backward()
+    return {"logits": logits, "grads": _max_diff(_full_grads(model), {n: p.grad for n, p in ref.named_parameters()}),
+            "refused": refused}  # fmt: skip
 
 
 def tp_case(family: str, ckpt: str) -> dict[str, Any]:
@@ -163,6 +194,10 @@ def test_tp2_logits_gradients_generation_and_bytes_equal_single_process(cli, tmp
     ranks = spawn(2, tp_cases, str(tmp_path))
     for family in FAMILIES:
         _check_tp(cli, family, [r[family] for r in ranks], tmp_path / family)
+    for family in ("gpt", "llama"):
+        for res in (r[f"{family}+sp"] for r in ranks):
+            assert res["logits"] < 1e-5 and res["grads"] < 1e-5, (family, res)
+            assert "no cached decoding" in res["refused"][0] and "multiple of tp=2" in res["refused"][1], res
 
 
 def _check_tp(cli: Any, family: str, results: list[dict[str, Any]], folder: Path) -> None:
@@ -225,12 +260,18 @@ def test_plan_refuses_splits_that_do_not_divide_and_layouts_it_cannot_run() -> N
     with pytest.raises(SpecError, match="recurrent layers have no tensor-parallel plan"):
         check_tensor_parallel(rnn, 2)
 
-    class Mesh:  # parallelize reads the names first: no process group needed to refuse them
+    class Mesh:  # parallelize reads the names and sizes first: no process group needed to refuse them
         mesh_dim_names = ("data", "tp")
+
+        def __getitem__(self, name: str) -> Any:
+            return self
+
+        def size(self) -> int:
+            return 1
 
     model = specc.build_torch(graph)
     with pytest.raises(SpecError, match="name them from"):
         specc.parallelize(model, Mesh())
-    Mesh.mesh_dim_names = ("dp", "tp")
-    with pytest.raises(SpecError, match="sequence_parallel=True is not implemented"):
+    Mesh.mesh_dim_names = ("dp",)
+    with pytest.raises(SpecError, match="sequence_parallel=True splits positions over tp"):
         specc.parallelize(model, Mesh(), sequence_parallel=True)

@@ -89,21 +89,51 @@ def test_torchrun_dp2_seq2seq_ends_with_single_process_weights_in_a_distributed_
 
 
 @pytest.mark.slow
-def test_torchrun_tp2_lm_gathers_the_single_process_checkpoint(cli, tmp_path: Path) -> None:
-    """Llama-like (GQA, SwiGLU, rotary) on characters, tp=2: one gathered .safetensors with the Adam moments,
-    in the single-process layout (packed q|k|v rows back in order)."""
+def test_torchrun_tp2_checkpoint_resumes_under_dp2_to_the_single_process_weights(cli, tmp_path: Path) -> None:
+    """Llama-like (GQA, SwiGLU, rotary) on characters: 2 steps at tp=2 gather one .safetensors with the Adam
+    moments in the single-process layout (packed q|k|v rows back in order); resumed at dp=2 to step 4, it
+    ends where 4 single-process steps end."""
     from safetensors.torch import load_file
 
     text = tmp_path / "text.txt"
     text.write_text(" ".join(["the quick brown fox jumps over the lazy dog"] * 12), encoding="utf-8")
-    common = ["llama2-7b", *LLAMA, "--task", "lm", "--text", text, "--steps", "3", "--batch", "4"]
-    common += ["--max-len", "16", "--eval-size", "8"]
-    code, _, err = cli("train", *common, "--device", "cpu", "-o", tmp_path / "one.safetensors")
+    common = ["--task", "lm", "--text", text, "--batch", "4", "--max-len", "16", "--eval-size", "8"]
+    common += ["--schedule", "constant", "--warmup", "0"]  # the learning rate does not depend on --steps
+    code, _, err = cli(
+        "train", "llama2-7b", *LLAMA, *common, "--steps", "4", "--device", "cpu", "-o", tmp_path / "one.safetensors"
+    )
     assert code == 0, err
-    run = torchrun(2, "train", *common, "--parallel", "tp=2", "-o", tmp_path / "tp.safetensors")
-    assert run.returncode == 0, run.stderr[-3000:]
+    first = torchrun(
+        2,
+        "train",
+        "llama2-7b",
+        *LLAMA,
+        *common,
+        "--steps",
+        "2",
+        "--parallel",
+        "tp=2",
+        "-o",
+        tmp_path / "tp.safetensors",
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert set(load_file(tmp_path / "tp.optim.safetensors")) == set(load_file(tmp_path / "one.optim.safetensors"))
+    then = torchrun(
+        2,
+        "train",
+        "--resume",
+        tmp_path / "tp.safetensors",
+        "--steps",
+        "4",
+        "--parallel",
+        "dp=2",
+        "-o",
+        tmp_path / "dp.safetensors",
+    )
+    assert then.returncode == 0, then.stderr[-3000:]
+    assert "optimizer state from" in then.stdout  # the moments, not fresh ones
     for name in ("{}.safetensors", "{}.optim.safetensors"):
-        a, b = (load_file(tmp_path / name.format(s)) for s in ("one", "tp"))
+        a, b = (load_file(tmp_path / name.format(s)) for s in ("one", "dp"))
         assert _weights_diff(a, b) < 1e-5, name
 
 

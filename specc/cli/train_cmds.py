@@ -60,7 +60,10 @@ def train(
     spec: Annotated[str | None, typer.Argument(help="spec file or preset (omit with --resume)")] = None,
     task: Annotated[str | None, typer.Option("--task", "-t", help="reverse | copy | sort | add | lm")] = None,
     steps: Annotated[int | None, typer.Option("--steps", "-n", help="train until this many optimizer steps")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="checkpoint to write (.safetensors)")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="checkpoint to write (.safetensors; --parallel: also a folder)"),
+    ] = None,
     batch: Annotated[int | None, typer.Option(help="sequences per step [64]")] = None,
     lr: Annotated[float | None, typer.Option(help="peak learning rate (AdamW) [1e-3]")] = None,
     min_len: Annotated[int | None, typer.Option(help="shortest source (add: digits per operand)")] = None,
@@ -97,8 +100,6 @@ def train(
         raise SpecError("missing --output / -o", hint="e.g. -o reverse.safetensors")
     _check_numbers(locals())
     layout = launch.parse_layout(parallel) if parallel is not None else None
-    if layout is not None and resume is not None:
-        raise SpecError("--resume does not combine with --parallel yet", hint="resume in one process")
     if layout is not None and not output.name.endswith(".safetensors"):
         _check_folder(output, spec, text)
     else:
@@ -119,7 +120,7 @@ def train(
     if resume is not None:
         if sets:
             raise SpecError("--set cannot change the model of a resumed checkpoint", hint="leave out --set")
-        run = resume_run(resume, flags, dev, spec=load(spec) if spec else None)
+        run = resume_run(resume, flags, dev, spec=load(spec) if spec else None, mesh=mesh)
         side = optimizer_path(resume)
         if side.is_file():
             out.print(f"resuming {resume} at step {run.step} (optimizer state from {side})")

@@ -24,7 +24,8 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False) -> An
     ``mesh``: a ``DeviceMesh`` with dimensions named ``dp`` and/or ``tp``. ``tp``: the tensor-parallel plan of
     ``model.graph`` (``specc.parallel.plan``) applied with ``parallelize_module``; ``dp``: ``fully_shard`` per
     block and at the root. The forward takes the same inputs on every rank of a ``tp`` group and returns the
-    full logits there; ``dp`` ranks take different batches.
+    full logits there; ``dp`` ranks take different batches. ``sequence_parallel``: between blocks the residual
+    stream is split by positions over ``tp`` too (``specc.parallel.sequence``; whole sequences only).
     """
     from ..backends.torch import kernels
     from .fsdp import apply_fsdp
@@ -36,18 +37,16 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False) -> An
             f"the device mesh's dimensions are {list(names) or 'unnamed'}; name them from {list(DIMS)}",
             hint='init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))',
         )
-    if sequence_parallel:
-        raise SpecError(
-            "sequence_parallel=True is not implemented: specc's layers read positions and masks over the "
-            "whole sequence",
-            hint="leave sequence_parallel off (tensor parallelism still splits weights and activations by heads)",
-        )
-    graph = model.graph
+    graph = getattr(model, "graph", None)
+    if graph is None:
+        raise SpecError("parallelize takes a model built by specc (build_torch): its plan comes from model.graph")
     kernels.restore(model)  # DTensor and FSDP parameters run on F.linear
     tp = mesh["tp"] if "tp" in names else None
     dp = mesh["dp"] if "dp" in names else None
+    if sequence_parallel and (tp is None or tp.size() == 1):
+        raise SpecError("sequence_parallel=True splits positions over tp: the mesh needs a tp dimension > 1")
     if tp is not None and tp.size() > 1:
-        apply_tensor_parallel(model, graph, tp)
+        apply_tensor_parallel(model, graph, tp, sequence=sequence_parallel)
     if dp is not None and dp.size() > 1:
         apply_fsdp(model, graph, dp)
     model.mesh = mesh

@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
+    set_optimizer_state_dict,
 )
 from torch.distributed.tensor import DTensor
 
@@ -73,6 +74,21 @@ def full_optimizer_tensors(model: nn.Module, optimizer: torch.optim.Optimizer) -
                     value = value[torch.argsort(packed[name])]
                 out[f"{name}.{slot}"] = value.detach().to("cpu").contiguous()
     return out
+
+
+def restore_full_optimizer(
+    model: nn.Module, optimizer: torch.optim.Optimizer, saved: dict[str, dict[str, torch.Tensor]]
+) -> None:
+    """Put whole Adam moments by parameter and slot (single-process layout) onto a parallelized model's
+    optimizer, each split as its parameter is (a collective)."""
+    packed = _packed(model)
+    state = {
+        name: {k: v[packed[name]] if name in packed and v.dim() else v for k, v in slots.items()}
+        for name, slots in saved.items()
+    }
+    groups = get_optimizer_state_dict(model, optimizer)["param_groups"]
+    osd = {"state": state, "param_groups": groups}
+    set_optimizer_state_dict(model, optimizer, osd, options=StateDictOptions(full_state_dict=True))
 
 
 def save(model: nn.Module, path: str | os.PathLike[str], spec: Any, train: dict[str, Any] | None = None) -> Path:

@@ -15,7 +15,15 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Partial, Placement, Replicate, distribute_module, distribute_tensor
+from torch.distributed.tensor import (
+    DTensor,
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    distribute_module,
+    distribute_tensor,
+)
 from torch.distributed.tensor.parallel import ParallelStyle
 
 
@@ -33,9 +41,9 @@ class TiedHead(ParallelStyle):
     shard, gathered so every rank returns all of them. The head's own bias is placed as ``bias`` (Shard(0) with
     a split embedding, Replicate with a whole one)."""
 
-    def __init__(self, bias: Placement):
+    def __init__(self, bias: Placement, inputs: Placement | None = None):
         super().__init__()
-        self.bias = bias
+        self.bias, self.inputs = bias, inputs or Replicate()  # inputs: how x arrives (Shard(1): by positions)
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         return distribute_module(
@@ -46,12 +54,11 @@ class TiedHead(ParallelStyle):
             self._outputs,
         )
 
-    @staticmethod
-    def _inputs(module: nn.Module, inputs: tuple[Any, ...], mesh: DeviceMesh) -> tuple[Any, ...]:
+    def _inputs(self, module: nn.Module, inputs: tuple[Any, ...], mesh: DeviceMesh) -> tuple[Any, ...]:
         x, *rest = inputs
         if not isinstance(x, DTensor):
-            x = DTensor.from_local(x, mesh, [Replicate()], run_check=False)
-        return (x, *rest)
+            x = DTensor.from_local(x, mesh, [self.inputs], run_check=False)
+        return (x.redistribute(mesh, [Replicate()]), *rest)
 
     @staticmethod
     def _outputs(module: nn.Module, out: DTensor, mesh: DeviceMesh) -> torch.Tensor:
@@ -103,3 +110,17 @@ class LocalParams(ParallelStyle):
 def _sum_grads(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
     """x unchanged; in backward, the gradients the ranks computed for it are summed."""
     return DTensor.from_local(x, mesh, [Replicate()], run_check=False).to_local(grad_placements=[Partial()])
+
+
+class ShardSequence(ParallelStyle):
+    """The module's first input arrives whole on every rank and continues as this rank's sequence positions
+    (dim 1); in backward the positions' gradients are gathered again."""
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        def split(m: nn.Module, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+            x, *rest = inputs
+            x = DTensor.from_local(x, device_mesh, [Replicate()], run_check=False)
+            return (x.redistribute(device_mesh, [Shard(1)]).to_local(), *rest)
+
+        module.register_forward_pre_hook(split)
+        return module

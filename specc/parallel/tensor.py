@@ -66,8 +66,9 @@ def _style(rule: Rule, tied: bool) -> ParallelStyle | None:
     return None
 
 
-def apply_tensor_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh) -> None:
-    """Split ``model`` (built from ``graph``) over the 1-D ``mesh`` by the IR's plan, in place."""
+def apply_tensor_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh, sequence: bool = False) -> None:
+    """Split ``model`` (built from ``graph``) over the 1-D ``mesh`` by the IR's plan, in place; ``sequence``:
+    the residual stream between blocks split by positions too (``specc.parallel.sequence``)."""
     tp = mesh.size()
     check_tensor_parallel(graph, tp)
     with torch.no_grad():
@@ -99,4 +100,9 @@ def apply_tensor_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh)
     for pname, _ in model.named_parameters():  # every parameter is an IR op's: none stays a plain tensor
         if pname.rpartition(".")[0] not in plan:
             raise AssertionError(f"{pname}: no tensor-parallel rule")
+    if sequence:
+        from .sequence import guard, sequence_plan
+
+        sequence_plan(graph, tensor_plan(graph), plan)
+        guard(model, mesh)
     parallelize_module(model, mesh, plan)
