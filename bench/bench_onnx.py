@@ -284,7 +284,12 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=None, help="forward length N (default 512; quick 128)")
     ap.add_argument("--new-tokens", type=int, default=None, help="generated tokens (default 128; quick 8)")
     ap.add_argument("--only", choices=["gpt2", "moe"], default=None, help="run one part of the benchmark")
+    ap.add_argument("--quant", action="store_true", help="also bench/onnx_quant.py (int8 / int4 weights)")
+    ap.add_argument("--encdec", action="store_true", help="also bench/onnx_encdec.py (BART generation)")
     args = ap.parse_args()
+    extra = ["--quick"] if args.quick else []
+    if args.threads:
+        extra += ["--threads", str(args.threads)]
 
     import onnxruntime
     import torch
@@ -314,6 +319,10 @@ def main() -> None:
         print(f"\n{desc}\n\n| measurement | value | ratio |\n|---|---|---|")
         for r in rows:
             print(f"| {r[0]} | {r[1]} | {r[2]} |")
+    for flag, module in ((args.quant, "onnx_quant"), (args.encdec, "onnx_encdec")):
+        if flag:  # separate sections, each with its own command line
+            print()
+            __import__(module).main(extra)
 
 
 if __name__ == "__main__":

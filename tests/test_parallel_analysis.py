@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 import specc
 from specc.analysis.parallel import Layout, Training, param_shards, per_device_weight_bytes
 from specc.analysis.parallel.memory import model_states
@@ -176,3 +180,30 @@ def test_inference_kv_cache_per_device() -> None:
     assert c.memory["kv_cache"] == 2 * 32 * 32 * 128 * 4096 * (8 // 2) * 2 // 2
     assert c.memory["activations"] == c.memory["gradients"] == c.memory["optimizer_states"] == 0
     assert c.memory["total"] == c.memory["weights"] + c.memory["kv_cache"]
+
+
+def test_weights_match_the_torch_distributed_plan() -> None:
+    """The runtime's tensor-parallel plan (specc.parallel, DTensor) holds exactly these bytes per rank."""
+    runtime = pytest.importorskip("specc.parallel.plan")
+    for name in ("gpt2", "llama2-7b", "mixtral-8x7b", "transformer-base", "bert-base", "vit-b16"):
+        g = _graph(name)
+        heads = next(op.attrs for op in g.ops() if op.kind == "attention")
+        for tp in (2, 4):
+            if heads["heads"] % tp or heads["kv_heads"] % tp:
+                continue
+            for rank in range(tp):
+                shapes = runtime.local_params(g, tp, rank)
+                elems = sum(math.prod(s) for s in shapes.values())
+                assert per_device_weight_bytes(g, tp=tp, tp_rank=rank, dtype="fp32") == 4 * elems, (name, tp, rank)
+
+
+def test_context_parallel_halves_activations_and_rings_kv() -> None:
+    g = _graph("llama2-7b", "blocks=2")
+    s, b, m = 1024, 1, 2
+    tr = Training(micro_batch=b, global_batch=b * m)
+    one = analyze_layout(g, Layout(), training=tr, is_training=True, seq=s)
+    two = analyze_layout(g, Layout(cp=2), training=tr, is_training=True, seq=s)
+    assert two.memory["activations"] == one.memory["activations"] // 2
+    kv = 2 * 2 * s * 32 * 128 * 2 * b  # K and V of 2 layers, all tokens, bf16
+    assert two.comm_by_group["cp"] == {"all_gather": round(m * kv * 2 / 2), "reduce_scatter": round(m * kv / 2)}
+    assert two.comm_by_group["dp"]["all_reduce"] == round(g.num_params() * 2)  # gradients sync over dp × cp = 2

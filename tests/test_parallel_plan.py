@@ -120,6 +120,8 @@ def test_impossible_layouts_are_located_errors(cli: Cli, tmp_path: Path) -> None
     for layout, message in cases.items():
         code, _, err = cli("analyze", str(spec), "--parallel", layout)
         assert code == 2 and err.startswith(message) and "Traceback" not in err, (layout, err)
+    code, _, err = cli("analyze", str(spec), "--parallel", "tp=2,pp=1,dp=2", "--devices", "8")
+    assert code == 2 and "tp × pp × cp × dp = 4 devices, not --devices 8" in err
     code, _, err = cli("analyze", str(spec), "--parallel", "tp=1,pp=1,dp=2", "--global-batch", "3")
     assert code == 2 and "--global-batch 3 is not divisible by dp × micro-batch = 2 × 1" in err
     for extra in (["--zero", "2"], ["--recompute", "full"]):  # training settings without --training

@@ -48,9 +48,15 @@ ZeroOpt = Annotated[int | None, typer.Option("--zero", help="ZeRO stage 0 | 1 | 
 SeqParOpt = Annotated[bool, typer.Option("--sequence-parallel", help="shard norms and dropout along tp too")]
 MicroOpt = Annotated[int | None, typer.Option("--micro-batch", help="sequences per micro-batch (default 1)")]
 GlobalOpt = Annotated[int | None, typer.Option("--global-batch", help="sequences per step, all replicas")]
-LinkOpt = Annotated[str | None, typer.Option("--interconnect", help="nvlink | nvlink-a100 | pcie | infiniband | .yaml")]
+LinkOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--interconnect",
+        help="nvlink | nvlink-a100 | pcie | infiniband | .yaml (default: nvlink, nvlink-a100 for a100)",
+    ),
+]
 PlanOpt = Annotated[bool, typer.Option("--plan", help="rank the layouts of --devices N that fit, by step time")]
-DevicesOpt = Annotated[int | None, typer.Option("--devices", help="devices for --plan")]
+DevicesOpt = Annotated[int | None, typer.Option("--devices", help="devices for --plan (with --parallel: checked)")]
 TopOpt = Annotated[int | None, typer.Option("--top", help="plans to show (default 10)")]
 
 

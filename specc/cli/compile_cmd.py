@@ -94,6 +94,10 @@ def compile_(
 
         if s.kind == "rnn_seq2seq":
             check_output(step_path(path), *weight_files(weights))
+        if s.kind == "encoder_decoder" and kv_cache:
+            from ..backends.onnx.graph_encdec import decoder_path
+
+            check_output(decoder_path(path), *weight_files(weights))
     dt = dtype.value if dtype else None
     if target is Target.torch:
         from ..backends.torch.checkpoint import compile_checkpoint

@@ -168,9 +168,14 @@ def _threads() -> int:
 
 
 def _forward(m, feeds: dict[str, np.ndarray], start_id: int) -> dict[str, np.ndarray]:
-    """One forward; for RNN seq2seq: the encoder, then one decoder step from the start token."""
+    """One forward; for split seq2seq exports: the encoder, then one decoder step from the start token."""
     if m.role != "encoder":
         return m.run(feeds)
+    if m.split_decoder:
+        from ..runtime.generate import encode, first_step
+
+        fixed = encode(m, feeds)
+        return {"last_hidden_state": fixed["encoder_hidden_states"], **m.run(first_step(m, fixed, start_id), "decoder")}
     from ..runtime.generate import rnn_states, rnn_step
 
     carried = rnn_states(m, feeds)

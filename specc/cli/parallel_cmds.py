@@ -15,7 +15,7 @@ from . import limits
 
 def refuse_stray(parallel: str | None, plan: bool, **given: Any) -> None:
     """Options of the parallel modes given without them (or with the wrong one) are errors, not ignored."""
-    single = {"--zero", "--sequence-parallel", "--micro-batch", "--interconnect", "--global-batch"}
+    single = {"--zero", "--sequence-parallel", "--micro-batch", "--interconnect", "--global-batch", "--devices"}
     search = {"--devices", "--top", "--global-batch", "--interconnect"}
     if parallel and plan:
         raise SpecError("--parallel and --plan exclude each other", hint="--plan searches the layouts itself")
@@ -55,6 +55,12 @@ def run_parallel(spec: str, sets: list[str] | None, g: Any, opts: dict[str, Any]
             text = f"{name} · plan for {kw['devices']} devices · N={seq} · G={r.global_batch} · {dtype} · {mode}"
             return text, views.plan_sections(r), views.plan_document(head, r), views.plan_rows(r)
         lay = parse_layout(kw["parallel"])
+        if kw["devices"] is not None and kw["devices"] != lay.devices:
+            raise LayoutError(
+                f"--parallel {lay.text()} lays out tp × pp × cp × dp = {lay.devices} devices, not --devices "
+                f"{kw['devices']}",
+                hint="make the product of the degrees equal the devices, or leave --devices out",
+            )
         t = Training(
             zero=kw["zero"] or 0,
             sequence_parallel=bool(kw["sequence_parallel"]),

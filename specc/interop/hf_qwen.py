@@ -31,20 +31,31 @@ def _sliding_rule(cfg: HFConfig, arch: str, n: int) -> tuple[list[str], int | No
     return ["sliding_attention" if s else "full_attention" for s in sliding], window
 
 
-def _sparse(cfg: HFConfig, n: int) -> list[bool]:
+def _experts(cfg: HFConfig, arch: str) -> int:
+    """The routed experts: hub configs say num_experts, transformers 5 saves Qwen3-MoE's as num_local_experts
+    (its attribute_map); absent, HF's class default."""
+    key = "num_local_experts" if cfg.data.get("num_local_experts") is not None else "num_experts"
+    cfg.ignore("num_experts", "num_local_experts")
+    value = cfg.get(key, 128 if arch == "Qwen3MoeForCausalLM" else 60)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise cfg.refuse(key, f"expected a whole number ≥ 0, got {value!r}")
+    return value
+
+
+def _sparse(cfg: HFConfig, arch: str, n: int) -> list[bool]:
     """Which layers are MoE: not in ``mlp_only_layers``, and every ``decoder_sparse_step``-th layer."""
     step = cfg.positive_int("decoder_sparse_step", 1)
     only = cfg.get("mlp_only_layers") or []
     if not isinstance(only, list) or any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in only):
         raise cfg.refuse("mlp_only_layers", "expected a list of layer indices")
-    experts = cfg.get("num_experts", 0)
+    experts = _experts(cfg, arch)
     return [i not in only and experts > 0 and (i + 1) % step == 0 for i in range(n)]
 
 
 def _moe(cfg: HFConfig, arch: str, act: str) -> dict[str, Any]:
     mlp: dict[str, Any] = {
         "type": "moe",
-        "experts": cfg.positive_int("num_experts"),
+        "experts": _experts(cfg, arch),
         "active": cfg.positive_int("num_experts_per_tok"),
         "expert": "swiglu",
         "hidden": cfg.positive_int("moe_intermediate_size"),
@@ -76,7 +87,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     default, window = _sliding_rule(cfg, arch, n)
     # Qwen3-MoE's modeling never reads layer_types (left unread: listed as unknown if a config has one)
     types = default if arch == "Qwen3MoeForCausalLM" else dec.layer_types(cfg, default)
-    sparse = _sparse(cfg, n) if moe else [False] * n
+    sparse = _sparse(cfg, arch, n) if moe else [False] * n
     dense_mlp = {"type": "swiglu", "hidden": cfg.positive_int("intermediate_size"), "activation": act}
     mlp = _moe(cfg, arch, act) if any(sparse) else dense_mlp
     mixed_attention = len(set(types)) > 1

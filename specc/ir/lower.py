@@ -103,6 +103,8 @@ def _norm(c: _Ctx, name: str, x: str, layer: int | None) -> str:
     attrs: dict[str, Any] = {"dim": c.d, "eps": n.eps}
     if n.type == "layernorm":
         attrs["bias"] = c.spec.bias.norm
+    else:
+        attrs["unit_offset"] = n.unit_offset
     return c.g.add(n.type, name, [x], "norm", layer=layer, stack=c.stack, **attrs)
 
 
@@ -132,11 +134,12 @@ def _attention(c: _Ctx, p: str, x: str, layer: int, mask: str, memory: str | Non
     residual = "residual" if s.init.scaled_residual else "normal"
     if memory is None:
         packed = _linear(c, f"{p}.qkv", x, c.d, (h + 2 * kv) * hd, "qkv_proj", layer, s.bias.qkv)
-        core_in = [packed]
+        packed = _qk_norm(c, f"{p}.q_norm", packed, 0, h * hd, layer)
+        core_in = [_qk_norm(c, f"{p}.k_norm", packed, h * hd, kv * hd, layer)]
     else:
         q = _linear(c, f"{p}.q", x, c.d, h * hd, "cross_qkv_proj", layer, s.bias.qkv)
         kvp = _linear(c, f"{p}.kv", memory, c.d, 2 * kv * hd, "cross_qkv_proj", layer, s.bias.qkv)
-        core_in = [q, kvp]
+        core_in = [_qk_norm(c, f"{p}.q_norm", q, 0, h * hd, layer), _qk_norm(c, f"{p}.k_norm", kvp, 0, kv * hd, layer)]
     if c.pad is not None:
         core_in.append(c.pad)
     core = g.add(
@@ -153,16 +156,41 @@ def _attention(c: _Ctx, p: str, x: str, layer: int, mask: str, memory: str | Non
         window=s.attention.window,
         prefix=s.attention.prefix,
         scale=s.attention.scale if s.attention.scale is not None else 1.0 / math.sqrt(hd),
+        softcap=s.attention.softcap,
         chunk=s.attention.chunk,
         rope_dims=int(resolve.rotary_dims(s)) if rope else 0,  # a rule made it an even whole number
         rope_theta=s.position.theta,
-        rope_scaling=_rope_scaling(s) if rope else None,
+        rope_scaling=_rope_scaling(s) if rope else None,  # rebuild_cache: a generation fact, in the meta
         rope_interleaved=rope and s.position.rotation == "interleaved",
         dropout=s.dropout.attention,
         cross=memory is not None,
         padding=c.pad is not None,
     )
+    sc = s.position.scaling if rope else None
+    if sc is not None and sc.rebuild_cache:  # generation recomputes the cache once past the original context
+        g.meta["rebuild_cache_after"] = min(sc.original_max_positions, g.meta.get("rebuild_cache_after", 1 << 62))
     return _linear(c, f"{p}.out", core, h * hd, c.d, f"{cross}out_proj", layer, s.bias.out, init=residual)
+
+
+def _qk_norm(c: _Ctx, name: str, x: str, start: int, width: int, layer: int) -> str:
+    """QK-norm of the q (or k) features [start, start + width) of a packed projection; x itself without one."""
+    s = c.spec
+    if s.attention.qk_norm == "none":
+        return x
+    group = resolve.head_dim(s) if s.attention.qk_norm == "head" else width
+    return c.g.add(
+        "slice_rmsnorm",
+        name,
+        [x],
+        "norm",
+        layer=layer,
+        stack=c.stack,
+        dim=group,
+        start=start,
+        width=width,
+        eps=s.norm.eps,
+        unit_offset=s.norm.unit_offset,
+    )
 
 
 def _rope_scaling(s: Any) -> dict[str, Any] | None:
@@ -170,7 +198,7 @@ def _rope_scaling(s: Any) -> dict[str, Any] | None:
     sc = s.position.scaling
     if sc is None:
         return None
-    given = {k: v for k, v in sc.model_dump().items() if v is not None}
+    given = {k: v for k, v in sc.model_dump().items() if v is not None and k != "rebuild_cache"}
     defaults: dict[str, Any] = {}
     if sc.type == "dynamic":
         defaults["original_max_positions"] = s.context  # HF: max_position_embeddings
@@ -187,7 +215,7 @@ def _mlp(c: _Ctx, p: str, x: str, layer: int) -> str:
     residual = "residual" if s.init.scaled_residual else "normal"
     if isinstance(m, MoEMLP):
         logits = _linear(c, f"{p}.router", x, d, m.experts, "router", layer, False)
-        return g.add(
+        routed = g.add(
             "moe",
             f"{p}.experts",
             [x, logits],
@@ -206,6 +234,7 @@ def _mlp(c: _Ctx, p: str, x: str, layer: int) -> str:
             jitter=float(m.router.jitter),
             bias=s.bias.mlp,
         )
+        return routed if m.shared is None else _shared_expert(c, p, x, routed, layer)
     if isinstance(m, SwiGLUMLP):
         gate = _linear(c, f"{p}.gate", x, d, hidden, "mlp", layer, s.bias.mlp)
         up = _linear(c, f"{p}.up", x, d, hidden, "mlp", layer, s.bias.mlp)
@@ -216,6 +245,30 @@ def _mlp(c: _Ctx, p: str, x: str, layer: int) -> str:
     return _linear(c, f"{p}.fc2", h, hidden, d, "mlp", layer, s.bias.mlp, init=residual)
 
 
+def _shared_expert(c: _Ctx, p: str, x: str, routed: str, layer: int) -> str:
+    """routed + shared(x), the shared expert gated by sigmoid(Linear(D, 1)(x)) when asked (Qwen2-MoE); its
+    own nodes, so the ``moe`` op stays the routed experts alone."""
+    s, g, d = c.spec, c.g, c.d
+    m = s.mlp
+    assert isinstance(m, MoEMLP) and m.shared is not None
+    hidden, act, bias = m.shared.hidden, resolve.mlp_activation(s), s.bias.mlp
+    init = "residual" if s.init.scaled_residual else "normal"
+    q = f"{p}.shared"
+    if m.expert == "swiglu":
+        gate = _linear(c, f"{q}.gate", x, d, hidden, "mlp", layer, bias)
+        up = _linear(c, f"{q}.up", x, d, hidden, "mlp", layer, bias)
+        h = g.add("glu", f"{q}.act", [gate, up], "activation", layer=layer, stack=c.stack, fn=act)
+        out = _linear(c, f"{q}.down", h, hidden, d, "mlp", layer, bias, init=init)
+    else:
+        h = _linear(c, f"{q}.fc1", x, d, hidden, "mlp", layer, bias)
+        h = g.add("activation", f"{q}.act", [h], "activation", layer=layer, stack=c.stack, fn=act)
+        out = _linear(c, f"{q}.fc2", h, hidden, d, "mlp", layer, bias, init=init)
+    if m.shared.gate == "sigmoid":
+        logit = _linear(c, f"{p}.shared_gate", x, d, 1, "mlp", layer, False)
+        out = g.add("sigmoid_gate", f"{p}.shared_scale", [out, logit], "activation", layer=layer, stack=c.stack)
+    return g.add("add", f"{p}.add_shared", [routed, out], "mlp", layer=layer, stack=c.stack, dropout=0.0)
+
+
 def _residual(c: _Ctx, name: str, x: str, branch: str, layer: int) -> str:
     return c.g.add("add", name, [x, branch], "residual", layer=layer, stack=c.stack, dropout=c.spec.dropout.residual)
 
@@ -223,14 +276,28 @@ def _residual(c: _Ctx, name: str, x: str, branch: str, layer: int) -> str:
 def _block(
     c: _Ctx, p: str, x: str, layer: int, mask: str, memory: str | None = None, mem_pad: str | None = None
 ) -> str:
-    """One Transformer block, pre- or post-norm, with cross-attention when ``memory`` is given."""
-    pre = c.spec.norm.placement == "pre"
+    """One Transformer block with cross-attention when ``memory`` is given. Each sublayer f, by placement: pre
+    x + f(normK(x)); post normK(x + f(x)); sandwich x + normK_post(f(normK(x))); output x + normK_post(f(x)).
+    Parallel sublayers (pre only): x + attn(norm1(x)) + mlp(norm1(x) or norm2(x))."""
+    placement, parallel = c.spec.norm.placement, c.spec.parallel
 
-    def sub(name: str, norm: str, x: str, make: Any) -> str:
-        if pre:
-            return _residual(c, f"{p}.add_{name}", x, make(_norm(c, f"{p}.{norm}", x, layer)), layer)
-        return _norm(c, f"{p}.{norm}", _residual(c, f"{p}.add_{name}", x, make(x), layer), layer)
+    def norm(name: str, v: str) -> str:
+        return _norm(c, f"{p}.{name}", v, layer)
 
+    def sub(name: str, nk: str, x: str, make: Any) -> str:
+        add = f"{p}.add_{name}"
+        if placement == "pre":
+            return _residual(c, add, x, make(norm(nk, x)), layer)
+        if placement == "post":
+            return norm(nk, _residual(c, add, x, make(x), layer))
+        branch = make(norm(nk, x)) if placement == "sandwich" else make(x)
+        return _residual(c, add, x, norm(f"{nk}_post", branch), layer)
+
+    if parallel != "none":  # a rule keeps these to pre-norm self-attention blocks
+        h = norm("norm1", x)
+        attn = _attention(c, f"{p}.attn", h, layer, mask)
+        mlp = _mlp(c, f"{p}.mlp", h if parallel == "shared_norm" else norm("norm2", x), layer)
+        return _residual(c, f"{p}.add_mlp", _residual(c, f"{p}.add_attn", x, attn, layer), mlp, layer)
     x = sub("attn", "norm1", x, lambda h: _attention(c, f"{p}.attn", h, layer, mask))
     if memory is not None:
         cross = _Ctx(c.g, c.spec, c.stack, mem_pad)
@@ -254,8 +321,15 @@ def _stack(
 
 
 def _head(c: _Ctx, x: str, vocab: int, tied_to: str | None, name: str = "lm_head", category: str = "lm_head") -> str:
+    """The head's linear, then the logit transforms: softcap(scale · head(x))."""
     extra = {"tied_to": tied_to} if tied_to else {}
-    return _linear(c, name, x, c.d, vocab, category, None, c.spec.bias.head, **extra)
+    y = _linear(c, name, x, c.d, vocab, category, None, c.spec.bias.head, **extra)
+    out = c.spec.output
+    if out.scale != 1.0:
+        y = c.g.add("scale", "logit_scale", [y], category, stack=c.stack, factor=out.scale)
+    if out.softcap is not None:
+        y = c.g.add("softcap", "logit_softcap", [y], category, stack=c.stack, cap=out.softcap)
+    return y
 
 
 def _pooler(c: _Ctx, x: str, mode: str) -> str:

@@ -1,5 +1,6 @@
 """Greedy decoding over exported graphs: the KV-cache graph (one new token per call), a cache-less graph
-(recompute the whole context), or the RNN encoder + one-step decoder pair.
+(recompute the whole context), the encoder-decoder pair (encoder once, then the decoder with self and cross
+caches), or the RNN encoder + one-step decoder pair.
 
 Decoder-only batches may be left-padded (``attention_mask`` 0 on the left): every call gets the mask of all
 tokens so far and, when the graph takes them, the new tokens' ``position_ids`` (HF's count: a padded row
@@ -30,6 +31,9 @@ def greedy(
     if max_new < 1:
         raise SpecError("--generate needs a positive number of tokens")
     family = model.family
+    if model.split_decoder:
+        _fits(model, max_new)
+        return _encdec(model, feeds, max_new, start_id, eos_id, on_token)
     if model.role == "encoder":
         return _rnn(model, feeds, max_new, start_id, eos_id, on_token)
     if family == "decoder":
@@ -71,10 +75,10 @@ class _Stopper:
         return np.stack(self.tokens, 1)
 
 
-def _empty_past(model: OrtModel, batch: int) -> dict[str, np.ndarray]:
+def _empty_past(model: OrtModel, batch: int, role: str | None = None) -> dict[str, np.ndarray]:
     return {
         s.name: np.zeros((batch, s.shape[1], 0, s.shape[3]), s.dtype)
-        for s in model.inputs()
+        for s in model.inputs(role)
         if s.name.startswith("past_key_values.")
     }
 
@@ -111,6 +115,7 @@ def _decoder(model: OrtModel, feeds: dict[str, np.ndarray], max_new: int, eos_id
         step["position_ids"] = pos
     if cached:
         step.update(_empty_past(model, batch))
+    rebuild = model.ir_meta.get("rebuild_cache_after")  # RoPE frequencies switch: recompute the cache once
     for _ in range(max_new):
         out = model.run(step)
         nxt = stop.add(out["logits"])
@@ -118,11 +123,12 @@ def _decoder(model: OrtModel, feeds: dict[str, np.ndarray], max_new: int, eos_id
             break
         mask = np.concatenate([mask, np.ones((batch, 1), mask.dtype)], 1)
         pos = np.concatenate([pos, pos[:, -1:] + 1], 1)
-        if cached:
+        past = ids.shape[1]
+        ids = np.concatenate([ids, nxt[:, None]], 1)
+        if cached and not (rebuild is not None and past <= rebuild < ids.shape[1]):
             step = {"input_ids": nxt[:, None], **_presents(out)}
         else:
-            ids = np.concatenate([ids, nxt[:, None]], 1)
-            step = {"input_ids": ids}
+            step = {"input_ids": ids, **(_empty_past(model, batch) if cached else {})}
         if has_mask:
             step["attention_mask"] = mask
         if has_pos:
@@ -154,6 +160,51 @@ def _seq2seq(
         else:
             dec = np.concatenate([dec, nxt[:, None]], 1)
             step = {**src, "decoder_input_ids": dec}
+    return stop.result()
+
+
+def encode(model: OrtModel, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the encoder graph once: the decoder graph's constant inputs (encoder states and mask)."""
+    takes = {s.name for s in model.inputs("decoder")}
+    if "last_hidden_state" not in model.outputs("encoder") or "encoder_hidden_states" not in takes:
+        raise SpecError(
+            f"{model.path.name} and its decoder graph are not an encoder-decoder pair "
+            "(last_hidden_state → encoder_hidden_states)",
+            hint="export again with specc compile --target onnx --kv-cache",
+        )
+    src = {k: v for k, v in feeds.items() if k in {s.name for s in model.inputs("encoder")}}
+    hidden = model.run(src, "encoder")["last_hidden_state"]
+    fixed = {"encoder_hidden_states": hidden}
+    if "encoder_attention_mask" in takes:
+        mask = feeds.get("attention_mask")
+        fixed["encoder_attention_mask"] = np.ones(hidden.shape[:2], np.int64) if mask is None else mask
+    return fixed
+
+
+def first_step(model: OrtModel, fixed: dict[str, np.ndarray], start_id: int) -> dict[str, np.ndarray]:
+    """Decoder inputs of the first step: the start token and empty caches (the cross K/V get projected)."""
+    batch = fixed["encoder_hidden_states"].shape[0]
+    token = np.full((batch, 1), start_id, np.int64)
+    return {**fixed, "input_ids": token, **_empty_past(model, batch, "decoder")}
+
+
+def _encdec(
+    model: OrtModel,
+    feeds: dict[str, np.ndarray],
+    max_new: int,
+    start_id: int,
+    eos_id: int | None,
+    on_token: OnToken | None,
+):
+    fixed = encode(model, feeds)
+    step = first_step(model, fixed, start_id)
+    stop = _Stopper(step["input_ids"].shape[0], eos_id, on_token)
+    for _ in range(max_new):
+        out = model.run(step, "decoder")
+        nxt = stop.add(out["logits"])
+        if stop.finished or len(stop.tokens) == max_new:
+            break
+        step = {**fixed, "input_ids": nxt[:, None], **_presents(out)}
     return stop.result()
 
 

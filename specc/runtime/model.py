@@ -19,9 +19,9 @@ from ..errors import SpecError
 from ..spec.serialize import SPEC_KEY
 from .session import open_session
 
-ROLES = ("model", "encoder", "decoder_step")
+ROLES = ("model", "encoder", "decoder_step", "decoder")
 # facts of the lowered graph the runtime reads from ``specc.ir_meta``: each a positive whole number or null
-IR_COUNTS = ("vocab_size", "target_vocab_size", "type_vocab_size", "max_positions", "context")
+IR_COUNTS = ("vocab_size", "target_vocab_size", "type_vocab_size", "max_positions", "context", "rebuild_cache_after")
 
 ORT_TYPES = {
     "tensor(int64)": np.int64,
@@ -43,7 +43,8 @@ class IOSpec:
 
 @dataclass
 class OrtModel:
-    """``sessions['model']`` for Transformer exports; ``'encoder'`` and ``'decoder_step'`` for RNN seq2seq."""
+    """``sessions['model']`` for Transformer exports; ``'encoder'`` and ``'decoder_step'`` for RNN seq2seq;
+    ``'encoder'`` and ``'decoder'`` for encoder-decoder KV-cache exports (graph_encdec.py)."""
 
     path: Path
     sessions: dict[str, Any]
@@ -69,14 +70,19 @@ class OrtModel:
                 f"{path.name} is the one-step decoder of an RNN seq2seq export",
                 hint=f"run the encoder file {meta.get('specc.encoder', '')[:80]} instead",
             )
-        if role == "encoder":
-            step = read.sibling(
-                path.parent, meta.get("specc.decoder_step", ""), str(path), "metadata 'specc.decoder_step'"
+        if role == "decoder":
+            raise SpecError(
+                f"{path.name} is the decoder of an encoder-decoder export",
+                hint=f"run the encoder file {meta.get('specc.encoder', '')[:80]} instead (it drives both)",
             )
+        if role == "encoder":
+            other = "decoder" if "specc.decoder" in meta else "decoder_step"
+            step = read.sibling(path.parent, meta.get(f"specc.{other}", ""), str(path), f"metadata 'specc.{other}'")
             if not step.exists():
-                raise SpecError(f"the decoder step graph {step.name} is missing beside {path.name}", file=str(path))
+                raise SpecError(f"the {other.replace('_', ' ')} graph {step.name} is missing beside {path.name}",
+                                file=str(path))  # fmt: skip
             read.regular_file(step, "an ONNX model", read.ONNX_BYTES)
-            sessions["decoder_step"], _ = open_session(step, active_name(active), threads, verbose)
+            sessions[other], _ = open_session(step, active_name(active), threads, verbose)
         model = cls(path, sessions, active, meta)
         model.spec = _metadata_object(meta, SPEC_KEY, str(path))
         model.ir_meta = check_ir_meta(_metadata_object(meta, "specc.ir_meta", str(path)), str(path))
@@ -91,6 +97,11 @@ class OrtModel:
     @property
     def family(self) -> str:
         return self.meta.get("specc.family", "")
+
+    @property
+    def split_decoder(self) -> bool:
+        """An encoder-decoder export whose decoder graph carries the self and cross caches."""
+        return "decoder" in self.sessions
 
     @property
     def main(self) -> Any:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import resolve
+from .rules_block import block_violations
 from .schema import (
     MAX_WIDTH,
     DecoderSpec,
@@ -58,6 +59,7 @@ def violations(spec: _Base) -> Any:
         yield from _mlp(spec)
         yield from _position(spec)
         yield from _size(spec)
+        yield from block_violations(spec)
         yield from layer_kinds(spec)
     if isinstance(spec, ViTSpec):
         yield from _vit(spec)
@@ -179,7 +181,10 @@ SCALING_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("factor", "original_max_positions"),
         ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
     ),
-    "longrope": (("short_factor", "long_factor", "original_max_positions"), ("factor", "attention_factor")),
+    "longrope": (
+        ("short_factor", "long_factor", "original_max_positions"),
+        ("factor", "attention_factor", "rebuild_cache"),
+    ),
 }
 
 

@@ -8,8 +8,8 @@ import difflib
 from typing import Any
 
 from . import kinds
-from .rules import Violation, _attention, _kind, _mlp, _position
-from .schema import EncoderDecoderSpec, _Transformer
+from .rules import Violation, _attention, _kind, _mlp, _position, _vit
+from .schema import EncoderDecoderSpec, ViTSpec, _Transformer
 
 SAME_EVERY_LAYER = ("heads", "kv_heads", "head_dim")  # the K/V cache layout and the projections' shapes
 
@@ -89,8 +89,9 @@ def _kind_rules(spec: _Transformer, name: str) -> Any:
     eff = kinds.effective(spec, name)
     if eff is spec:
         return
-    top = {(v.path, v.message) for rule in (_attention, _mlp, _position) for v in rule(spec)}
-    for rule in (_attention, _mlp, _position):
+    rules = (_attention, _mlp, _position, *((_vit,) if isinstance(spec, ViTSpec) else ()))
+    top = {(v.path, v.message) for rule in rules for v in rule(spec)}
+    for rule in rules:
         for v in rule(eff):
             if (v.path, v.message) in top:
                 continue  # reported once, at the top level

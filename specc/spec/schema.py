@@ -104,13 +104,27 @@ class Attention(_Strict):
         None, ge=1, le=MAX_CONTEXT, description="chunked: a query sees the keys of its own chunk of this many positions"
     )
     scale: float | None = Field(None, gt=0, description="score scale; default 1/sqrt(head_dim)")
+    qk_norm: Literal["none", "head", "full"] = Field(
+        "none",
+        description="RMSNorm of q and k after the projection, before RoPE (norm.eps, norm.unit_offset): head = "
+        "per head over head_dim (Qwen3, Gemma 3), full = over the projected width heads·head_dim and "
+        "kv_heads·head_dim (OLMo-2)",
+    )
+    softcap: float | None = Field(
+        None, gt=0, description="attention-logit softcapping: scores = softcap · tanh(scores / softcap) (Gemma 2)"
+    )
 
 
 class Norm(_Strict):
     type: Literal["layernorm", "rmsnorm"] = "layernorm"
-    placement: Literal["pre", "post"] = "pre"
+    placement: Literal["pre", "post", "sandwich", "output"] = Field(
+        "pre",
+        description="pre: x + f(norm(x)); post (BERT): norm(x + f(x)); sandwich (Gemma 2/3): "
+        "x + norm_post(f(norm(x))); output (OLMo-2): x + norm_post(f(x))",
+    )
     eps: float = Field(1e-5, gt=0, lt=1)
-    final: SBool | None = Field(None, description="norm after the last block; default: true for pre, false for post")
+    unit_offset: SBool = Field(False, description="RMSNorm weight applied as (1 + weight), starting at 0 (Gemma)")
+    final: SBool | None = Field(None, description="norm after the last block; default: false for post, else true")
     embedding: SBool = Field(False, description="norm after the embedding sum (BERT)")
 
 
@@ -145,6 +159,15 @@ class Router(_Strict):
     )
 
 
+class SharedExpert(_Strict):
+    """Expert(s) run on every token next to the routed ones (same expert type and activation)."""
+
+    hidden: SInt = Field(..., ge=1, le=16 * MAX_WIDTH, description="total hidden size (n_shared · per-expert size)")
+    gate: Literal["none", "sigmoid"] = Field(
+        "none", description="sigmoid: output scaled by sigmoid(Linear(D, 1)(x)) (Qwen2-MoE); none: ungated"
+    )
+
+
 class MoEMLP(_Strict):
     type: Literal["moe"] = "moe"
     experts: SInt = Field(..., ge=1, le=MAX_EXPERTS, description="E")
@@ -154,6 +177,7 @@ class MoEMLP(_Strict):
     multiple_of: SInt = Field(256, ge=1, le=1 << 16)
     activation: Activation | None = Field(None, description="default: silu for swiglu, gelu for classic")
     router: Router = Field(default_factory=Router)
+    shared: SharedExpert | None = Field(None, description="shared expert(s) next to the routed ones")
 
 
 MLP = Annotated[
@@ -188,6 +212,11 @@ class RopeScaling(_Strict):
     short_factor: list[float] | None = Field(None, description="longrope: per-frequency factors up to the original "
                                              "context, head_dim·fraction/2 of them")  # fmt: skip
     long_factor: list[float] | None = Field(None, description="longrope: per-frequency factors beyond it")
+    rebuild_cache: SBool | None = Field(
+        None,
+        description="longrope: when a generated sequence first passes original_max_positions, recompute the KV "
+        "cache so that every key is rotated with the long factors (Phi-3's generate); default false",
+    )
 
 
 class Position(_Strict):
@@ -201,6 +230,15 @@ class Position(_Strict):
 
 
 PositionField = Annotated[Position, BeforeValidator(_typed_shortcut, json_schema_input_type=Union[str, Position])]
+
+
+class Output(_Strict):
+    """Transforms of the head's logits: logits = softcap(scale · head(x))."""
+
+    softcap: float | None = Field(
+        None, gt=0, description="final-logit softcapping: logits = softcap · tanh(logits / softcap) (Gemma 2)"
+    )
+    scale: float = Field(1.0, gt=0, description="multiply the logits by this (logit scale)")
 
 
 def _patch(model: type[BaseModel], doc: str) -> Any:
@@ -293,8 +331,16 @@ class _Transformer(_Base):
     position: PositionField = Field(default_factory=Position)
     bias: Bias = Field(default_factory=BiasFlags)
     embedding_scale: float | Literal["sqrt_d_model"] | None = Field(
-        None, description="multiply token embeddings by this (original Transformer: sqrt_d_model)"
+        None,
+        description="multiply token embeddings by this, rounded to the model's dtype (original Transformer, "
+        "Gemma: sqrt_d_model)",
     )
+    parallel: Literal["none", "shared_norm", "separate_norms"] = Field(
+        "none",
+        description="none: sequential sublayers; shared_norm (GPT-J, Phi-2, Falcon-7B): h = norm1(x), "
+        "x + attn(h) + mlp(h); separate_norms (GPT-NeoX, Falcon-40B): x + attn(norm1(x)) + mlp(norm2(x))",
+    )
+    output: Output = Field(default_factory=Output)
     layer_kinds: dict[KindName, LayerKind] | None = Field(
         None, description="named variants of the block (attention / position / mlp overrides), used by layer_pattern"
     )

@@ -9,9 +9,9 @@ from ..devices import Device
 from . import comm as C
 from .layout import Layout, Training
 from .links import Interconnect
-from .memory import stage_memory
+from .memory import representatives, stage_memory
 from .profile import GraphProfile
-from .shard import param_shards, weights_per_stage
+from .shard import BlockWeights, block_weights, param_shards, weights_per_stage
 from .timing import bubble, group_seconds, stage_compute
 
 
@@ -61,21 +61,30 @@ class Estimator:
     def __init__(self, prof: GraphProfile, device: Device | None = None, link: Interconnect | None = None):
         self.prof, self.device, self.link = prof, device, link
         self._weights: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+        self._blocks: dict[tuple[int, int], BlockWeights] = {}
+        self._representatives: dict[tuple[int, int, int], list[int]] = {}
         self._shards = param_shards(prof.graph)
 
     def weights(self, lay: Layout) -> list[tuple[int, int]]:
         key = (lay.tp, lay.pp, lay.ep)
         if key not in self._weights:
-            self._weights[key] = weights_per_stage(
-                self.prof.graph, tp=lay.tp, pp=lay.pp, ep=lay.ep, shards=self._shards
-            )
+            split = (lay.tp, lay.ep)
+            if split not in self._blocks:
+                self._blocks[split] = block_weights(self.prof.graph, tp=lay.tp, ep=lay.ep, shards=self._shards)
+            self._weights[key] = weights_per_stage(self.prof.graph, pp=lay.pp, by_block=self._blocks[split])
         return self._weights[key]
 
-    def memory(self, lay: Layout, t: Training, micro_batches: int, peak_only: bool = False) -> list[dict[str, int]]:
-        return stage_memory(self.prof, self.weights(lay), lay, t, micro_batches, self.prof.training, peak_only)
+    def memory(self, lay: Layout, t: Training, micro_batches: int) -> list[dict[str, int]]:
+        return stage_memory(self.prof, self.weights(lay), lay, t, micro_batches, self.prof.training)
 
     def peak_memory(self, lay: Layout, t: Training, micro_batches: int) -> int:
-        return max(s["total"] for s in self.memory(lay, t, micro_batches, peak_only=True))
+        """The most memory any device of the layout needs (only stages unlike an earlier one are evaluated)."""
+        key = (lay.tp, lay.pp, lay.ep)
+        if key not in self._representatives:
+            self._representatives[key] = representatives(self.prof, self.weights(lay), lay.pp)
+        only = self._representatives[key]
+        return max(s["total"] for s in stage_memory(self.prof, self.weights(lay), lay, t, micro_batches,
+                                                    self.prof.training, only))  # fmt: skip
 
     def comms(self, lay: Layout, t: Training, m: int) -> list[dict[str, dict[str, float]]]:
         """Per stage, group → collective → bytes; a stage holding what another holds shares its dict."""

@@ -62,12 +62,8 @@ class Training:
     zero: int = 0
     sequence_parallel: bool = False
     recompute: str = "none"
-    micro_batch: int = 1
-    global_batch: int = 1
-
-    @property
-    def micro_batches(self) -> int:
-        return self.global_batch // self.micro_batch  # per data-parallel replica: divided by dp by the caller
+    micro_batch: int = 1  # sequences per micro-batch
+    global_batch: int = 1  # sequences per step, all replicas (micro-batches per replica: G / (dp × micro-batch))
 
 
 def parse_layout(text: str) -> Layout:

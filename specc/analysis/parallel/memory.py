@@ -53,6 +53,19 @@ def activations_per_microbatch(prof: GraphProfile, stage: int, lay: Layout, t: T
     return _div(sharded * b, tp * cp) + _div(st.saved_replicated * b, rep_div)
 
 
+def representatives(prof: GraphProfile, weights: list[tuple[int, int]], pp: int) -> list[int]:
+    """The first of each run of stages that hold the same ops and weights: an earlier stage keeps at least as
+    many micro-batches in flight, so the stage that needs most is among these."""
+    seen: set[tuple[int, int, int]] = set()
+    out = []
+    for s, st in enumerate(prof.stages(pp)):
+        key = (st.key, *weights[s])
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
 def stage_memory(
     prof: GraphProfile,
     weights: list[tuple[int, int]],
@@ -60,22 +73,15 @@ def stage_memory(
     t: Training,
     micro_batches: int,
     training: bool,
-    peak_only: bool = False,
+    only: list[int] | None = None,
 ) -> list[dict[str, int]]:
-    """Memory items per pipeline stage (every device of a stage alike). ``peak_only`` skips a stage that
-    holds what an earlier one holds (an earlier stage keeps at least as many micro-batches in flight), so the
-    stage that needs most is still among those returned."""
+    """Memory items per pipeline stage (every device of a stage alike); ``only``: of these stages alone."""
     out = []
     n_dense = lay.dp * lay.cp
     n_expert = n_dense // lay.ep
     stages = prof.stages(lay.pp)
-    seen: set[tuple[int, int, int]] = set()
-    for s, (dense, expert) in enumerate(weights):
-        if peak_only:
-            key = (stages[s].key, dense, expert)
-            if key in seen:
-                continue
-            seen.add(key)
+    for s in only if only is not None else range(lay.pp):
+        dense, expert = weights[s]
         if training:
             items = model_states(dense, expert, prof.elem_bytes, t.zero, n_dense, n_expert)
             in_flight = min(lay.pp - s, micro_batches)

@@ -3,10 +3,11 @@
 Enumerated: tp over the divisors of N that divide the attention heads, the KV heads and the MLP units; pp over
 the divisors that divide the blocks; cp in 1, 2, 4, 8 (dividing the sequence); ep over the divisors of the
 experts that divide dp (MoE only); dp the rest; micro-batches over the divisors of G / dp up to
-``MAX_MICRO_BATCH``; in training each recomputation (none, selective, full) with the lowest ZeRO stage that
-fits — stages 0–2 move the same bytes (ZeRO §7), so a higher one is never faster, and stage 3 only when no
-lower one fits. Sequence parallelism is on whenever tp > 1: the same bytes as plain tensor parallelism, less
-activation memory (Korthikanti et al. 2022 §4.2.2). The global batch defaults to one sequence per device.
+``MAX_MICRO_BATCH``; in training the least recomputation (none, then selective, then full) with the lowest
+ZeRO stage that fits — stages 0–2 move the same bytes (ZeRO §7), so a higher one is never faster; stage 3 and
+more recomputation only cost time, so they are tried only while nothing cheaper fits. Sequence parallelism
+is on whenever tp > 1: the same bytes as plain tensor parallelism, less activation memory (Korthikanti et al.
+2022 §4.2.2). The global batch defaults to one sequence per device.
 Ties in step time go to the smaller per-device memory.
 """
 
@@ -96,16 +97,28 @@ def plan(
             m = per_replica // mb
             for recompute in TRAINING_RECOMPUTE if training else ("none",):
                 out.considered += 1
-                for zero in (0, 1, 2, 3) if training else (0,):
-                    t = Training(zero, lay.tp > 1, recompute, mb, batch)
-                    peak = est.peak_memory(lay, t, m)
-                    if peak <= dev.memory:
-                        found.append((est.step_time(lay, t, m)[0], peak, lay, t, m))
-                        break
+                fit = _lowest_fitting_zero(est, lay, recompute, mb, batch, m, training, dev.memory)
+                if fit is not None:
+                    t, peak = fit
+                    found.append((est.step_time(lay, t, m)[0], peak, lay, t, m))
+                    if t.zero < 3:
+                        break  # more recomputation is only slower: stages 0-2 already fit without it
     out.fitting = len(found)
     found.sort(key=lambda c: (c[0], c[1]))
     out.plans = [est.cost(lay, t, m) for _, _, lay, t, m in found[:top]]
     return out
+
+
+def _lowest_fitting_zero(
+    est: Estimator, lay: Layout, recompute: str, mb: int, batch: int, m: int, training: bool, memory: int
+) -> tuple[Training, int] | None:
+    """The settings with the lowest ZeRO stage that fits, and their peak memory per device."""
+    for zero in (0, 1, 2, 3) if training else (0,):
+        t = Training(zero, lay.tp > 1, recompute, mb, batch)
+        peak = est.peak_memory(lay, t, m)
+        if peak <= memory:
+            return t, peak
+    return None
 
 
 def layouts(g: LayerGraph, devices: int, seq: int) -> list[Layout]:

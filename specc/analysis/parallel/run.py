@@ -26,8 +26,9 @@ def devices_and_links(
     if interconnect is not None and dev is None:
         raise LayoutError("--interconnect prices the links of a step: give --device too")
     link = interconnect if isinstance(interconnect, Interconnect) else None
-    if dev is not None and link is None:
-        link = load_interconnect(interconnect if isinstance(interconnect, str) else DEFAULT)
+    if dev is not None and link is None:  # an A100 sits in DGX A100-class nodes; anything else: DGX H100-class
+        default = "nvlink-a100" if dev.name.startswith("A100") else DEFAULT
+        link = load_interconnect(interconnect if isinstance(interconnect, str) else default)
     return dev, link
 
 

@@ -8,7 +8,8 @@ Rules (Megatron-LM's, as ``torch.distributed.tensor.parallel`` expresses them), 
 - a ``linear`` reading an attention core, a GLU or an MLP activation is row-parallel: weight split along
   ``in`` (dim 1), bias replicated (added once after the all-reduce);
 - token ``embedding`` tables are vocabulary-parallel (dim 0) and so is the LM head (``lm_head`` category,
-  weight and bias along the vocabulary); a tied head owns no tensor;
+  weight and bias along the vocabulary); a tied head owns no tensor; a table another embedding shares (an
+  encoder-decoder's shared vocabulary) is kept whole;
 - ``moe`` experts ``[E, out, in]`` split the experts (dim 0) over ``ep`` and their hidden units over ``tp``;
 - everything else is replicated: norms, position tables, routers, pooler and classifier heads, patch
   embeddings, recurrent cells.
@@ -62,17 +63,27 @@ def chunk(n: int, parts: int, rank: int) -> int:
 def tp_role(g: LayerGraph, op: Op) -> str:
     """column | row | vocab | replicated, for a linear or embedding op (see the module docstring)."""
     if op.kind == "embedding":
-        return "vocab"
+        shared = any(o.kind == "embedding" and o.attrs.get("tied_to") == f"{op.name}.weight" for o in g.ops())
+        return "replicated" if shared else "vocab"  # a table another embedding reads is kept whole
     if op.kind != "linear":
         return "replicated"
     if op.category == "lm_head":
         return "vocab"
-    if any(_shards_heads_or_units(g.op(s)) for s in g.graph.successors(op.name) if s in g.graph and _is_op(g, s)):
+    if any(_shards_heads_or_units(g.op(s)) for s in _consumers(g, op.name)):
         return "column"
     src = op.inputs[0]
     if _is_op(g, src) and _shards_heads_or_units(g.op(src)):
         return "row"
     return "replicated"
+
+
+def _consumers(g: LayerGraph, name: str) -> list[str]:
+    """The ops reading ``name``, looking through QK-norms (they keep the packed projection's layout)."""
+    out = []
+    for s in g.graph.successors(name):
+        if s in g.graph and _is_op(g, s):
+            out += _consumers(g, s) if g.op(s).kind == "slice_rmsnorm" else [s]
+    return out
 
 
 def _is_op(g: LayerGraph, name: str) -> bool:
@@ -114,6 +125,31 @@ def _tied(g: LayerGraph) -> list[tuple[str, int]]:
     return [(op.attrs["tied_to"], where[op.name]) for op in g.ops() if op.attrs.get("tied_to")]
 
 
+@dataclass(frozen=True)
+class BlockWeights:
+    """Per block, (dense, expert) elements one device holds; and each tied use as (its block, the owner's
+    block, its elements, expert) — counted again on the user's stage when the two stages differ."""
+
+    blocks: list[tuple[int, int]]
+    tied: list[tuple[int, int, int, bool]]
+
+
+def block_weights(
+    g: LayerGraph, *, tp: int = 1, ep: int = 1, tp_rank: int = 0, shards: list[ParamShard] | None = None
+) -> BlockWeights:
+    shards = shards if shards is not None else param_shards(g)
+    per = [[0, 0] for _ in range(max(1, block_count(g)))]
+    for ps in shards:
+        per[ps.block][ps.expert] += ps.local_numel(tp, ep, tp_rank)
+    by_name = {ps.name: ps for ps in shards}
+    tied = [
+        (block, ps.block, ps.local_numel(tp, ep, tp_rank), ps.expert)
+        for owner, block in _tied(g)
+        if (ps := by_name.get(owner)) is not None
+    ]
+    return BlockWeights([(d, e) for d, e in per], tied)
+
+
 def weights_per_stage(
     g: LayerGraph,
     *,
@@ -121,21 +157,20 @@ def weights_per_stage(
     pp: int = 1,
     ep: int = 1,
     tp_rank: int = 0,
-    shards: list[ParamShard] | None = None,
+    by_block: BlockWeights | None = None,
 ) -> list[tuple[int, int]]:
     """Per pipeline stage, (dense, expert) parameter elements one device holds before ZeRO shards them."""
-    blocks = block_count(g)
+    bw = by_block if by_block is not None else block_weights(g, tp=tp, ep=ep, tp_rank=tp_rank)
+    blocks = len(bw.blocks)
     stages = [[0, 0] for _ in range(pp)]
-    shards = shards if shards is not None else param_shards(g)
-    for ps in shards:
-        stages[stage_of(ps.block, blocks, pp)][ps.expert] += ps.local_numel(tp, ep, tp_rank)
-    by_name = {ps.name: ps for ps in shards}
-    for owner, block in _tied(g):
-        ps = by_name.get(owner)
-        if ps is not None:
-            s, own = stage_of(block, blocks, pp), stage_of(ps.block, blocks, pp)
-            if s != own:  # the head's stage keeps its own copy of the tied table (Megatron-LM does the same)
-                stages[s][ps.expert] += ps.local_numel(tp, ep, tp_rank)
+    for b, (dense, expert) in enumerate(bw.blocks):
+        st = stages[stage_of(b, blocks, pp)]
+        st[0] += dense
+        st[1] += expert
+    for block, owner, elems, expert in bw.tied:
+        s = stage_of(block, blocks, pp)
+        if s != stage_of(owner, blocks, pp):  # the head's stage keeps its own copy of the table (as Megatron-LM)
+            stages[s][expert] += elems
     return [(d, e) for d, e in stages]
 
 

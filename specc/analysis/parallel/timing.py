@@ -14,7 +14,6 @@ no recomputation counted; attention at the full count) / (step time Ã— devices Ã
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ..devices import Device
 from .layout import Layout, Training
@@ -34,7 +33,6 @@ class _Rates:
     weight_bytes: int
 
 
-@lru_cache(maxsize=65536)
 def _op_seconds(p: OpProfile, r: _Rates, b: int, div: int, wdiv: int) -> float:
     compute = (p.matmul / r.peak + p.other / r.vector) * b / div
     memory = (p.io * b / div + p.weights_read * r.weight_bytes / wdiv) / r.bandwidth

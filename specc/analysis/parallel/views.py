@@ -30,7 +30,8 @@ CONVENTIONS = {
     "reduce-scatter (n−1)/n·S, all-to-all (n−1)/n of what it holds, p2p its tensor",
     "bubble": "1F1B pipeline: (P − 1) / (M + P − 1), M micro-batches per replica",
     "step_time": "roofline per op (÷ tp, ÷ cp) × 3 passes for training (+ recompute), (M + P − 1) slots of the "
-    "slowest stage, collectives at their link's bandwidth without overlap, then the dp gradient traffic",
+    "slowest stage, collectives at their link's bandwidth without overlap, then the dp gradient traffic; "
+    "inference: one forward of the global batch; kernels at peak, so a lower bound (MFU an upper bound)",
     "mfu": "model FLOPs (3 × forward in training, no recompute, full attention count) / (step × devices × peak)",
 }
 
@@ -98,7 +99,10 @@ def plan_sections(r: PlanResult) -> list[Section]:
             t.recompute if r.training else "-", fmt.nbytes(c.memory["total"]),
             fmt.seconds(c.step_time or 0), f"{100 * (c.mfu or 0):.1f}%",
         )  # fmt: skip
-    s.notes.append(f"{r.considered} layouts considered, {r.fitting} fit in {fmt.nbytes(r.device.memory)}")
+    s.notes.append(
+        f"{r.considered} layouts considered, {r.fitting} fit in {fmt.nbytes(r.device.memory)} "
+        "(per-device total ≤ device memory; no allowance for workspace or fragmentation)"
+    )
     s.notes.append(f"global batch {r.global_batch}; links: {r.link.name}; ranked by estimated step time")
     if not r.plans:
         s.notes.append("no layout fits: more devices, a smaller global batch, or a device with more memory")

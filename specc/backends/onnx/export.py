@@ -4,6 +4,8 @@ Files written:
 - Transformer families: one model at ``path``.
 - RNN seq2seq: the encoder at ``path`` and the one-step decoder at ``<stem>.decoder_step.onnx`` beside it
   (see graph_rnn.py for their inputs and outputs); the encoder's metadata names the step file.
+- Encoder-decoder with ``kv_cache``: the encoder at ``path`` and the decoder (self and cross caches) at
+  ``<stem>.decoder.onnx`` (graph_encdec.py); the encoder's metadata names the decoder file.
 Every model carries the spec (JSON) and export facts in ``metadata_props`` under ``specc.*`` keys.
 
 Writing (through ``specc.io``): the outputs are checked before any work (regular files or new names, not an
@@ -34,6 +36,7 @@ from ...ir.graph import LayerGraph
 from ...ir.lower import lower
 from ...spec.schema import DTYPE_BYTES
 from ...spec.serialize import SPEC_KEY, spec_json
+from . import graph_encdec
 from . import save as _save
 from .builder import ExportOptions
 from .graph_transformer import build_transformer, validate
@@ -98,12 +101,17 @@ def export_onnx(
         raise SpecError("--kv-cache does not apply to RNN seq2seq", hint="its decoder_step graph carries the state")
     if family == "rnn_seq2seq" and quant is not None:
         raise SpecError("--quantize applies to Transformer models", hint="RNN seq2seq exports stay in float")
+    split = family == "encoder_decoder" and kv_cache
     if family != "rnn_seq2seq":
         validate(g, opts)
+    if split:
+        graph_encdec.validate(g)
     given = Path(path)
     path = output_target(given, inputs=_weight_inputs(weights))  # before any work; symlinks resolved
     if family == "rnn_seq2seq":
         output_target(step_path(path), inputs=_weight_inputs(weights))
+    if split:
+        output_target(graph_encdec.decoder_path(path), inputs=_weight_inputs(weights))
     _check_memory(g, opts)
     w = export_weights(spec, g, weights)
     base = _metadata(spec, g, opts)
@@ -116,6 +124,16 @@ def export_onnx(
         set_metadata(encoder, {**base, "specc.role": "encoder", "specc.decoder_step": step_path(path).name})
         set_metadata(step, {**base, "specc.role": "decoder_step", "specc.encoder": path.name})
         write_models([(step, step_path(path)), (encoder, path)], check)
+        return given
+    if split:
+        dec_path = graph_encdec.decoder_path(path)
+        base["specc.kv_layout"] = graph_encdec.LAYOUT
+        encoder, decoder = graph_encdec.build_encoder(g, w, opts), graph_encdec.build_decoder(g, w, opts)
+        if quant is not None:
+            encoder, decoder = quantize_model(encoder, g, quant), quantize_model(decoder, g, quant)
+        set_metadata(encoder, {**base, "specc.role": "encoder", "specc.decoder": dec_path.name})
+        set_metadata(decoder, {**base, "specc.role": "decoder", "specc.encoder": path.name})
+        write_models([(decoder, dec_path), (encoder, path)], check)
         return given
     model = build_transformer(g, w, opts)
     if quant is not None:

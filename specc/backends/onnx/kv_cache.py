@@ -2,8 +2,10 @@
 
 Layout (every attention op kind): ``past_key_values.{i}.key|value`` and ``present.{i}.key|value`` are
 ``[batch, kv_heads, past_sequence, head_dim]`` in the model dtype; ``i`` counts the cached stack's
-self-attention layers in order (the decoder's, for encoder-decoder models; cross-attention is recomputed from
-the encoder output each call). ``attention_mask`` of a cached decoder-only model covers past + new tokens.
+self-attention layers in order. ``attention_mask`` of a cached decoder-only model covers past + new tokens.
+The decoder graph of an encoder-decoder export (graph_encdec.py) tags its self-attention cache
+``past_key_values.{i}.decoder.key|value`` → ``present.{i}.decoder.key|value`` (optimum's names) and carries the
+cross-attention K/V beside it as ``.encoder.``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class KVCache:
     index: dict[str, int]  # attention op name → cache layer
     ops: list[Op]
     past_len: str = ""  # scalar int64 tensor: past_sequence
+    tag: str = ""  # ".decoder" in an encoder-decoder's decoder graph
     presents: list[tuple[str, str]] = field(default_factory=list)
 
     @staticmethod
@@ -43,17 +46,17 @@ class KVCache:
     def add_inputs(self, b: GraphBuilder) -> None:
         for i, op in enumerate(self.ops):
             shape = ["batch", op.attrs["kv_heads"], "past_sequence", op.attrs["head_dim"]]
-            b.add_input(f"past_key_values.{i}.key", b.ftype, shape)
-            b.add_input(f"past_key_values.{i}.value", b.ftype, shape)
-        self.past_len = b.scalar_dim("past_key_values.0.key", 2)
+            b.add_input(f"past_key_values.{i}{self.tag}.key", b.ftype, shape)
+            b.add_input(f"past_key_values.{i}{self.tag}.value", b.ftype, shape)
+        self.past_len = b.scalar_dim(f"past_key_values.0{self.tag}.key", 2)
 
     def past(self, op: Op) -> tuple[str, str]:
         i = self.index[op.name]
-        return f"past_key_values.{i}.key", f"past_key_values.{i}.value"
+        return f"past_key_values.{i}{self.tag}.key", f"past_key_values.{i}{self.tag}.value"
 
     def present(self, op: Op) -> tuple[str, str]:
         i = self.index[op.name]
-        names = f"present.{i}.key", f"present.{i}.value"
+        names = f"present.{i}{self.tag}.key", f"present.{i}{self.tag}.value"
         self.presents.append(names)
         return names
 

@@ -61,6 +61,7 @@ def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached:
         q_num_heads=a["heads"],
         kv_num_heads=a["kv_heads"],
         scale=float(a["scale"]),
+        softcap=float(a["softcap"]) if a.get("softcap") else None,  # applied before the mask, as torch does
         is_causal=1 if a["mask"] == "causal" else 0,
     )
     return y if isinstance(y, str) else y[0]
@@ -100,6 +101,7 @@ def _contrib(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: 
             num_heads=h,
             kv_num_heads=kv,
             scale=float(a["scale"]),
+            softcap=float(a["softcap"]) if a.get("softcap") else None,
         )
         batch_dim = symbolic(op.shape)[0]
         if not cached:  # unused outputs still need declared shapes for the checker
@@ -112,6 +114,11 @@ def _contrib(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: 
 def check_contrib(op: Op) -> None:
     """GroupQueryAttention (the contrib op for kv_heads < heads) is always causal."""
     a = op.attrs
+    if a.get("softcap") and a["kv_heads"] == a["heads"]:
+        raise SpecError(
+            f"{op.name}: com.microsoft MultiHeadAttention has no softcap; this layer caps its scores at {a['softcap']}",
+            hint="export with --attention standard",
+        )
     if a["kv_heads"] != a["heads"] and (a["cross"] or a["mask"] not in ("causal", "sliding_window", "chunked")):
         raise SpecError(
             f"{op.name}: com.microsoft GroupQueryAttention is always causal; this layer has kv_heads < heads "

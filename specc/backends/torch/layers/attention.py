@@ -8,6 +8,8 @@ replaces SDPA.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -96,6 +98,42 @@ class SelfAttention(AttentionCore):
             k, v = state.cache.update(self, k, v)
         m, causal = self.mask_for(n, k.shape[2], attention_mask, state, q.device)
         return self.attend(q, k, v, m, causal)
+
+
+def math_attention(
+    core: AttentionCore, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float
+) -> tuple[Tensor, Tensor]:
+    """softmax(cap(q kᵀ · scale) + mask) v, explicitly: (output, probabilities [B, H, N_q, N_k]); cap is
+    softcap · tanh(s / softcap) when the core has a ``softcap``, applied before the mask."""
+    if k.shape[1] != q.shape[1]:  # GQA: query head j reads kv head j // group, as SDPA's enable_gqa does
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], 1)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * core.scale
+    cap = getattr(core, "softcap", None)
+    if cap:
+        scores = torch.tanh(scores / cap) * cap
+    if causal:
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = scores.float().softmax(-1).to(q.dtype)
+    return torch.matmul(F.dropout(probs, p, True) if p else probs, v), probs
+
+
+class SoftcapAttention(SelfAttention):
+    """SelfAttention with soft-capped scores, softcap · tanh(scores / softcap) before the mask (Gemma 2).
+
+    SDPA cannot cap scores, so the core runs the explicit softmax (``math_attention``)."""
+
+    def __init__(self, *args: Any, softcap: float, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.softcap = softcap
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        if self.kernel is not None:  # attention maps, FLOP counting: they cap too (math_attention)
+            return super().attend(q, k, v, mask, causal)
+        y = math_attention(self, q, k, v, mask, causal, self.dropout if self.training else 0.0)[0]
+        return y.transpose(1, 2).flatten(2)
 
 
 class CrossAttention(AttentionCore):
