@@ -9,7 +9,8 @@ Measured in the same run, with the same random weights (HF's GPT2LMHeadModel ini
 specc by its Hugging Face name mapping) and the same thread count, contenders timed round-robin:
 - forward latency, B=1, N=512, fp32: ORT on the exported graph (opset-23 ``Attention``), the torch backend,
   HF ``GPT2LMHeadModel`` (sdpa, eval, inference_mode); ratios to HF; median and spread (min–max) of the
-  rounds; every timed call starts from an idle machine (see interleaved);
+  rounds; every timed call starts from an idle machine (see interleaved). Also the onnxruntime-specific graph
+  (``--attention contrib``: MultiHeadAttention and the SkipLayerNormalization fusions of fuse.py);
 - ORT's fp32 MatMul peak (MatMul-only ONNX graphs: GPT-2's 12 MLP shapes and 1024×1024→4096, the faster) and
   the share of it the ORT forward reaches. Model matmul FLOPs come from the IR: 2·in·out per linear per
   token, plus 4·N²·d per layer for QKᵀ and AV (the FlopCounterMode convention, no causal halving);
@@ -190,9 +191,15 @@ def gpt2_rows(threads: int, quick: bool, seq: int, new_tokens: int) -> tuple[lis
         plain = specc.export_onnx(spec, Path(tmp) / "gpt2.onnx", weights=hf_weights)
         export_s = time.perf_counter() - t0
         cached = specc.export_onnx(spec, Path(tmp) / "gpt2_kv.onnx", weights=hf_weights, kv_cache=True)
+        # the onnxruntime-specific graph: contrib MultiHeadAttention + SkipLayerNormalization fusions
+        fused = specc.export_onnx(spec, Path(tmp) / "gpt2_c.onnx", weights=hf_weights, attention="contrib")
+        fused_kv = specc.export_onnx(spec, Path(tmp) / "gpt2_c_kv.onnx", weights=hf_weights, attention="contrib",
+                                     kv_cache=True)  # fmt: skip
         sess = ort_session(plain, threads)
         calm = ort_session(plain, threads, spinning=False)
+        csess = ort_session(fused, threads)
         om = OrtModel.open(cached, "cpu", threads)
+        com = OrtModel.open(fused_kv, "cpu", threads)
 
     ids = torch.randint(0, spec.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0))
     feed = {"input_ids": ids.numpy(), "attention_mask": np.ones((1, seq), np.int64)}
@@ -205,7 +212,9 @@ def gpt2_rows(threads: int, quick: bool, seq: int, new_tokens: int) -> tuple[lis
     with torch.inference_mode():
         ref = hf(ids).logits.numpy()
         diff = float(np.abs(sess.run(None, feed)[0] - ref).max())
+        cdiff = float(np.abs(csess.run(None, feed)[0] - ref).max())
         fns = {"ort": lambda: sess.run(None, feed), "ort_nospin": lambda: calm.run(None, feed),
+               "ort_contrib": lambda: csess.run(None, feed),
                "ours": lambda: ours(ids), "hf": lambda: hf(ids), "mm_model": mm_model, "mm_big": mm_big,
                "stream": stream}  # fmt: skip
         raw = rounds_of(fns, iters, warmup)
@@ -213,6 +222,7 @@ def gpt2_rows(threads: int, quick: bool, seq: int, new_tokens: int) -> tuple[lis
     peak = max(mm_model_flops / t["mm_model"], mm_big_flops / t["mm_big"]) / 1e9
     flops = model_matmul_flops(graph, 1, seq)
     ort_gflops = flops / t["ort"] / 1e9
+    contrib_gflops = flops / t["ort_contrib"] / 1e9
     bandwidth = stream_bytes / t["stream"]
     # a decode step reads every weight once (the tied embedding as lm_head), the position table one row
     weight_bytes = 4 * (graph.num_params() - spec.context * spec.d_model)
@@ -221,37 +231,48 @@ def gpt2_rows(threads: int, quick: bool, seq: int, new_tokens: int) -> tuple[lis
     pids = ids[:, :prompt]
     pfeed = {"input_ids": pids.numpy(), "attention_mask": np.ones((1, prompt), np.int64)}
     out_ids = greedy(om, pfeed, new_tokens)
+    cout_ids = greedy(com, pfeed, new_tokens)
     with torch.inference_mode():
         kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, use_cache=True,
                   pad_token_id=0, attention_mask=torch.ones_like(pids))  # fmt: skip
         hf_ids = hf.generate(pids, **kw)[:, prompt:].numpy()
-        gen = {"ort": lambda: greedy(om, pfeed, new_tokens), "ours": lambda: ours.generate(pids, new_tokens),
+        gen = {"ort": lambda: greedy(om, pfeed, new_tokens), "ort_contrib": lambda: greedy(com, pfeed, new_tokens),
+               "ours": lambda: ours.generate(pids, new_tokens),
                "hf": lambda: hf.generate(pids, **kw)}  # fmt: skip
         graw = rounds_of(gen, gen_iters, min(warmup, 1))
     g = {k: statistics.median(v) for k, v in graw.items()}
     same = int((hf_ids[0] == out_ids[0]).sum())
-    ort_tok = new_tokens / g["ort"]
+    csame = int((hf_ids[0] == cout_ids[0]).sum())
+    ort_tok, contrib_tok = new_tokens / g["ort"], new_tokens / g["ort_contrib"]
     rows = [
         (f"forward B=1 N={seq} fp32: ORT CPU EP (median, min–max ms)",
          f"{t['ort'] * 1e3:.1f} ms ({spread(raw['ort'])})",
          f"{t['hf'] / t['ort']:.2f}× HF"),
         ("forward: ORT, session.intra_op.allow_spinning=0", f"{t['ort_nospin'] * 1e3:.1f} ms "
          f"({spread(raw['ort_nospin'])})", f"{t['hf'] / t['ort_nospin']:.2f}× HF"),
+        ("forward: ORT, --attention contrib (MultiHeadAttention + SkipLayerNormalization)",
+         f"{t['ort_contrib'] * 1e3:.1f} ms ({spread(raw['ort_contrib'])})", f"{t['hf'] / t['ort_contrib']:.2f}× HF"),
         ("forward: specc torch backend", f"{t['ours'] * 1e3:.1f} ms ({spread(raw['ours'])})",
          f"{t['hf'] / t['ours']:.2f}× HF"),
         ("forward: HF GPT2LMHeadModel (sdpa, eval, inference_mode)", f"{t['hf'] * 1e3:.1f} ms ({spread(raw['hf'])})",
          "1.00× HF"),
         ("ORT fp32 MatMul peak (MatMul-only graphs, best of 2 shapes)", f"{peak:.1f} GFLOP/s", ""),
         ("ORT forward matmul throughput", f"{ort_gflops:.1f} GFLOP/s", f"{100 * ort_gflops / peak:.0f}% of peak"),
+        ("ORT forward matmul throughput, contrib graph", f"{contrib_gflops:.1f} GFLOP/s",
+         f"{100 * contrib_gflops / peak:.0f}% of peak"),
         (f"greedy generation, prompt {prompt}, {new_tokens} new: ORT KV-cache graph", f"{ort_tok:.1f} tok/s",
          f"{g['hf'] / g['ort']:.2f}× HF"),
+        ("greedy generation: ORT KV-cache graph, --attention contrib", f"{contrib_tok:.1f} tok/s",
+         f"{g['hf'] / g['ort_contrib']:.2f}× HF"),
         ("greedy generation: specc torch backend (KV cache)", f"{new_tokens / g['ours']:.1f} tok/s",
          f"{g['hf'] / g['ours']:.2f}× HF"),
         ("greedy generation: HF generate (KV cache)", f"{new_tokens / g['hf']:.1f} tok/s", "1.00× HF"),
         (f"memory-bandwidth floor: ORT weight streaming {bandwidth / 1e9:.1f} GB/s / {weight_bytes / 2**20:.0f} MiB "
-         "of weights per token", f"{floor:.1f} tok/s", f"ORT generation at {100 * ort_tok / floor:.0f}% of it"),
+         "of weights per token", f"{floor:.1f} tok/s", f"ORT generation at {100 * ort_tok / floor:.0f}% of it "
+         f"(contrib {100 * contrib_tok / floor:.0f}%)"),
         (f"export GPT-2 {'(2 blocks)' if quick else 'small'} fp32 incl. full checker", f"{export_s:.1f} s", ""),
-        ("max |ORT − HF| logits (same weights)", f"{diff:.2e}", f"greedy ids equal: {same}/{new_tokens}"),
+        ("max |ORT − HF| logits (same weights): standard / contrib", f"{diff:.2e} / {cdiff:.2e}",
+         f"greedy ids equal: {same}/{new_tokens} / {csame}/{new_tokens}"),
     ]  # fmt: skip
     return rows, f"{'quick: ' + str(spec.blocks) + ' blocks' if quick else 'GPT-2 small (12 blocks)'}"
 
