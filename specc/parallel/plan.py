@@ -27,6 +27,12 @@ from ..errors import SpecError
 from ..ir.graph import LayerGraph, Op
 
 PER_UNIT = ("activation", "glu", "dropout")  # ops that act on each hidden unit alone
+# Op kinds whose place in a split model this plan knows (a new kind must be taught here before tp runs it).
+KNOWN = {
+    "embedding", "type_embedding", "learned_pos", "sinusoidal_pos", "learned_pos_2d", "sinusoidal_pos_2d",
+    "patch_embed", "cls_token", "layernorm", "rmsnorm", "slice_rmsnorm", "linear", "activation", "glu", "add",
+    "scale", "softcap", "sigmoid_gate", "dropout", "pool", "attention", "moe",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,8 @@ def check_tensor_parallel(graph: LayerGraph, tp: int) -> None:
     for op in graph.ops():
         if op.kind in ("rnn", "rnn_decoder"):
             raise SpecError(f"{name}: recurrent layers have no tensor-parallel plan", hint="use dp=N alone")
+        if op.kind not in KNOWN:
+            raise SpecError(f"{name}: {op.name} ({op.kind}) has no tensor-parallel rule", hint="use dp=N alone")
     plan = tensor_plan(graph)
     for op_name, rule in plan.items():
         op = graph.op(op_name)
