@@ -120,6 +120,25 @@ def _falcon(sd: dict[str, Any], heads: int, kv: int) -> dict[str, Any]:
     return out
 
 
+def _gptj(sd: dict[str, Any]) -> dict[str, Any]:
+    t = "transformer."
+    out = {
+        "embed.weight": sd[t + "wte.weight"],
+        "lm_head.weight": sd["lm_head.weight"],
+        "lm_head.bias": sd["lm_head.bias"],
+    }
+    for i in range(L):
+        p, q = f"{t}h.{i}.", f"blocks.{i}."
+        out[q + "attn.qkv.weight"] = torch.cat([sd[f"{p}attn.{n}_proj.weight"] for n in "qkv"])
+        out[q + "attn.out.weight"] = sd[p + "attn.out_proj.weight"]
+        for k in ("weight", "bias"):
+            out[f"{q}norm1.{k}"] = sd[f"{p}ln_1.{k}"]
+            out[f"{q}mlp.fc1.{k}"] = sd[f"{p}mlp.fc_in.{k}"]
+            out[f"{q}mlp.fc2.{k}"] = sd[f"{p}mlp.fc_out.{k}"]
+            out[f"norm_f.{k}"] = sd[f"{t}ln_f.{k}"]
+    return out
+
+
 def _qwen2_moe(sd: dict[str, Any]) -> dict[str, Any]:
     out = _llama_like(sd, {"input_layernorm": "norm1", "post_attention_layernorm": "norm2"})
     for i in range(L):
@@ -289,6 +308,19 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], Any]] = {
             layer_pattern=["sparse", "dense"],
         ),
         _qwen2_moe,
+    ),
+    "gptj_parallel_shared_norm_interleaved_rope": (
+        "GPTJ",
+        dict(n_embd=D, n_layer=L, n_head=4, vocab_size=V, n_positions=64, rotary_dim=4, n_inner=48),
+        dict(
+            attention={"heads": 4},
+            mlp={"type": "classic", "hidden": 48, "activation": "gelu_tanh"},
+            position={**ROTARY, "fraction": 0.5, "rotation": "interleaved"},
+            parallel="shared_norm",
+            bias={"qkv": False, "out": False, "mlp": True, "norm": True, "head": True},
+            tie_embeddings=False,
+        ),
+        _gptj,
     ),
     "falcon7b_parallel_shared_norm_mqa": (
         "Falcon",

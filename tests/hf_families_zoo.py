@@ -158,6 +158,7 @@ FAMILY_CASES = [
             query_pre_attn_scalar=20,
             attn_logit_softcapping=5.0,
             final_logit_softcapping=3.0,
+            tie_word_embeddings=False,  # tied, these random models only ever repeat the last token
         ),
     ),
     Case(
@@ -169,6 +170,7 @@ FAMILY_CASES = [
             sliding_window=4,
             layer_types=["sliding_attention", "full_attention"],
             query_pre_attn_scalar=24,
+            tie_word_embeddings=False,
             rope_parameters={
                 "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 2.0},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
@@ -186,7 +188,7 @@ FAMILY_CASES = [
     Case(
         "neox-parallel",
         "GPTNeoXForCausalLM",
-        dict(_D, num_attention_heads=4, max_position_embeddings=64, rotary_pct=0.25),
+        dict(_D, intermediate_size=128, num_attention_heads=4, max_position_embeddings=64, rotary_pct=0.25),
     ),
     Case(
         "neox-sequential",

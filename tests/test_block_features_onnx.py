@@ -108,3 +108,43 @@ def test_contrib_multi_head_attention_refuses_softcap(tmp_path: Path) -> None:
     spec = specc.load_spec("gpt2", [*TEXT, *RMS, "attention.softcap=5.0"])
     with pytest.raises(SpecError, match="MultiHeadAttention has no softcap"):
         export_onnx(spec, tmp_path / "m.onnx", attention="contrib")
+
+
+HF_CASES = [
+    "gemma2_sandwich_softcaps_scale",
+    "gemma3_offset_qk_norm_local_global_kinds",
+    "olmo2_output_norms_full_qk_norm",
+    "qwen2_moe_dense_layer_kind",
+    "falcon40b_parallel_separate_norms_gqa",
+    "gptj_parallel_shared_norm_interleaved_rope",
+]
+
+
+@pytest.mark.parametrize("case", HF_CASES)
+def test_onnx_logits_equal_hf(tmp_path: Path, case: str) -> None:
+    """The HF modules of tests/hf_block_cases.py, their weights copied by name, against onnxruntime."""
+    from hf_block_cases import CASES, V, hf_model, spec_of
+
+    arch, config, fields, mapping = CASES[case]
+    hf = hf_model(arch, **config)
+    spec = spec_of(**fields)
+    path = export_onnx(spec, tmp_path / "m.onnx", weights=mapping(hf.state_dict()))
+    ids = np.random.default_rng(5).integers(0, V, (2, 11))
+    with torch.no_grad():
+        want = hf(torch.from_numpy(ids)).logits.numpy()
+    got = session(path).run(["logits"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0]
+    assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max())
+
+
+def test_encoder_decoder_qk_norm_on_self_and_cross_attention(tmp_path: Path) -> None:
+    sets = [*TEXT, "mlp.hidden=48", "norm={type: rmsnorm, placement: pre}", "attention.qk_norm=full"]
+    spec = specc.load_spec("transformer-base", sets)
+    g = specc.lower(spec)
+    assert {"decoder.blocks.0.cross_attn.q_norm", "decoder.blocks.0.cross_attn.k_norm"} <= {op.name for op in g.ops()}
+    assert g.params()["decoder.blocks.0.cross_attn.k_norm.weight"].shape == (32,)  # k of the packed [k | v]
+    weights = _random_weights(spec)
+    path = export_onnx(spec, tmp_path / "m.onnx", weights=weights)
+    feeds, valid = inputs(spec, True, np.random.default_rng(6))
+    want = torch_reference(specc.build_torch(spec, weights=weights), spec, feeds)["logits"]
+    got = run(session(path), feeds)["logits"]
+    assert np.abs(got - want)[valid].max() <= 1e-4 * max(1.0, np.abs(want).max())

@@ -132,3 +132,26 @@ def test_compile_export_and_trace(case: str) -> None:
         torch.testing.assert_close(torch.compile(model, fullgraph=True, backend="eager")(ids), want)
         torch.testing.assert_close(torch.export.export(model, (ids,)).module()(ids), want)
         torch.testing.assert_close(torch.jit.trace(model, (ids,), check_trace=False)(ids), want)
+
+
+def test_soft_capped_scores_are_materialised_in_the_memory_model() -> None:
+    def scores(sets: list[str]) -> tuple[int, int]:
+        g = specc.lower(specc.load_spec("llama2-7b", [*SMALL, "attention.kv_heads=2", *sets]))
+        mem = analyze(g, batch=1, seq=16, crossover=False).to_dict()["memory"]
+        return mem["attention_scores_materialized"], mem["attention_scores_fused"]
+
+    plain, capped = scores([]), scores(["attention.softcap=20.0"])
+    assert plain[1] < plain[0] and capped[1] == capped[0] == plain[0]
+
+
+def test_tensor_parallel_roles_look_through_qk_norm_and_shared_experts() -> None:
+    from specc.analysis.parallel.shard import tp_role
+
+    sets = [
+        "attention.qk_norm=head",
+        "mlp={type: moe, experts: 4, active: 2, hidden: 16, shared: {hidden: 24, gate: sigmoid}}",
+    ]
+    g = specc.lower(specc.load_spec("llama2-7b", [*SMALL, "attention.kv_heads=2", *sets]))
+    roles = {n: tp_role(g, g.op(f"blocks.0.{n}")) for n in ("attn.qkv", "attn.out", "mlp.shared.up", "mlp.shared.down")}
+    assert roles == {"attn.qkv": "column", "attn.out": "row", "mlp.shared.up": "column", "mlp.shared.down": "row"}
+    assert tp_role(g, g.op("blocks.0.mlp.shared_gate")) == "replicated"

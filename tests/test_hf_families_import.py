@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hf_families_zoo import needs
 
+import specc
 from specc import SpecError
 from specc.interop import import_hf
 
@@ -138,3 +139,46 @@ def test_unexpressible_fields_are_located_errors(
     d = e.value.diagnostics[0]
     assert key in d.message and d.file == str(path)
     assert d.line == 1 + next(i for i, line in enumerate(path.read_text().splitlines()) if f'"{key}"' in line)
+
+
+_FALCON_7B = {  # tiiuae/falcon-7b config.json as the hub serves it (no max_position_embeddings, no RoPE fields)
+    "alibi": False,
+    "apply_residual_connection_post_layernorm": False,
+    "architectures": ["FalconForCausalLM"],
+    "attention_dropout": 0.0,
+    "bias": False,
+    "bos_token_id": 11,
+    "eos_token_id": 11,
+    "hidden_dropout": 0.0,
+    "hidden_size": 4544,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "falcon",
+    "multi_query": True,
+    "new_decoder_architecture": False,
+    "num_attention_heads": 71,
+    "num_hidden_layers": 32,
+    "parallel_attn": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.33.0.dev0",
+    "use_cache": True,
+    "vocab_size": 65024,
+}
+
+
+@needs("parallel")
+def test_falcon_7b_hub_config_counts_what_hf_builds(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_FALCON_7B, indent=2), encoding="utf-8")
+    imported = import_hf(path)
+    s = imported.spec
+    assert (s.context, s.attention.kv_heads, s.parallel, s.position.theta) == (2048, 1, "shared_norm", 10000.0)
+    assert any("apply_residual_connection_post_layernorm" in n for n in imported.notes)  # unread by transformers
+    skip = {"architectures", "model_type", "transformers_version", "torch_dtype"}
+    with torch.device("meta"):
+        hf = transformers.FalconForCausalLM(
+            transformers.FalconConfig(**{k: v for k, v in _FALCON_7B.items() if k not in skip})
+        )
+    assert specc.lower(s).num_params() == hf.num_parameters()

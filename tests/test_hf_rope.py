@@ -111,14 +111,17 @@ def test_without_the_scaling_the_logits_differ(saved, name: str) -> None:
     assert (got["logits"] - want).abs().max() > 100 * ATOL
 
 
-def test_llama31_greedy_generation_with_kv_cache_equals_hf(saved, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["llama3", "dynamic", "longrope"])
+def test_greedy_generation_with_kv_cache_equals_hf(saved, name: str, tmp_path: Path) -> None:
+    """Generation crosses the original context (longrope: 8, dynamic: 16): keys cached before the switch keep
+    their rotation, as in HF's generate."""
     from specc.runtime.generate import greedy
     from specc.runtime.model import OrtModel
 
-    hf, folder = saved("llama3")
+    hf, folder = saved(name)
     spec = import_hf(folder).spec
     ids = torch.randint(3, 95, (1, 5), generator=torch.Generator().manual_seed(2))
-    n = 8
+    n = 14
     gc = hf.generation_config
     gc.update(eos_token_id=None, pad_token_id=0, do_sample=False, num_beams=1)
     with torch.no_grad():

@@ -132,8 +132,16 @@ def test_cached_generation_equals_recomputation_in_torch_and_onnx(tmp_path: Path
     assert onnx.tolist() == cached[:, -9:].tolist()
 
 
-def test_analyzer_flops_equal_flop_counter() -> None:
-    spec = specc.load_spec(_doc())
+@pytest.mark.parametrize(
+    "position",
+    [
+        {"type": "rotary", "scaling": {"type": "linear", "factor": 2.0}},
+        {"type": "rotary", "rotation": "interleaved", "fraction": 0.5, "scaling": {"type": "dynamic", "factor": 2.0,
+                                                                                   "original_max_positions": 8}},
+    ],
+)  # fmt: skip
+def test_analyzer_flops_equal_flop_counter(position: dict[str, Any]) -> None:
+    spec = specc.load_spec(_doc(position=position))
     g, model = specc.lower(spec), specc.build_torch(spec).eval()
     ids = torch.randint(0, 60, (2, 12), generator=torch.Generator().manual_seed(3))
     expected = specc.analyze(g, batch=2, seq=12, crossover=False).to_dict()["flops"]["forward"]["matmul"]

@@ -216,3 +216,41 @@ def test_scaling_fields_are_checked_at_their_line(tmp_path: Path, tail: str, nee
 def test_rotation_and_scaling_need_rotary_positions() -> None:
     with pytest.raises(SpecError, match=r"position\.scaling is only used by rotary"):
         _spec({"type": "learned", "scaling": {"type": "linear", "factor": 2.0}})
+
+
+def test_longrope_rebuild_cache_makes_cached_generation_equal_recomputation(tmp_path: Path) -> None:
+    """Past ``original_max_positions`` longrope switches to the long factors; keys cached before then were
+    rotated with the short ones, unless the cache is rebuilt at the switch (Phi-3's generate)."""
+    pytest.importorskip("onnxruntime")
+    from specc.runtime.generate import greedy
+    from specc.runtime.model import OrtModel
+
+    sc = {"type": "longrope", "short_factor": SHORT, "long_factor": LONG, "original_max_positions": 8}
+    stale = _spec({"type": "rotary", "scaling": sc})
+    spec = _spec({"type": "rotary", "scaling": {**sc, "rebuild_cache": True}})
+    assert specc.lower(spec).meta["rebuild_cache_after"] == 8 and "rebuild_cache_after" not in specc.lower(stale).meta
+    model = specc.build_torch(spec).eval()
+    w = _weights(model, tmp_path)
+    ids = torch.randint(0, 40, (1, 5), generator=torch.Generator().manual_seed(4))
+    cached = model.generate(ids, 8, use_cache=True)
+    assert cached.tolist() == model.generate(ids, 8, use_cache=False).tolist()
+    path = specc.export_onnx(spec, tmp_path / "m.onnx", weights=w, kv_cache=True)
+    feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones_like(ids.numpy())}
+    assert greedy(OrtModel.open(path, provider="cpu", threads=1), feeds, 8).tolist() == cached[:, -8:].tolist()
+    # without the rebuild, the step past the switch attends to stale keys
+    old = specc.build_torch(stale, weights=w).eval()
+    seq = torch.randint(0, 40, (1, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        cache = old.start({}, 9)
+        old.step(cache, seq[:, :8])
+        step = old.step(cache, seq[:, 8:])[:, -1]
+        full = old(seq)[:, -1]
+    assert (step - full).abs().max() > 1e-3
+
+
+def _weights(model: Any, folder: Path) -> str:
+    from safetensors.torch import save_file
+
+    path = folder / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path)
+    return str(path)

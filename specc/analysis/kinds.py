@@ -56,4 +56,5 @@ def kinds_section(kinds: dict[str, KindCosts]) -> Section:
         n = len(k.layers)
         s.add(name, str(n), mask, fmt.flops(k.one.total), fmt.flops(n * k.one.total), fmt.nbytes(k.kv_cache))
     s.notes.append("KV cache per layer: a sliding-window layer holds at most its window, a chunked layer its chunk")
+    s.notes.append("the per-layer column of Forward FLOPs shows block 0; the rows above are each kind's own")
     return s

@@ -58,7 +58,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "kind": "decoder",
         "vocab_size": cfg.positive_int("vocab_size"),
-        "context": cfg.positive_int("max_position_embeddings"),
+        "context": cfg.positive_int("max_position_embeddings", 2048),  # the hub's Falcon configs omit it
         "d_model": d,
         "blocks": cfg.positive_int("num_hidden_layers"),
         "attention": attention,

@@ -18,9 +18,12 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     window = cfg.optional_int("sliding_window")
     if window is not None and window < doc["context"]:
         doc["attention"].update(mask="sliding_window", window=window)
-    # original_max_position_embeddings only shapes LongRoPE (read there); the cache reset HF's generate does when
-    # a sequence crosses it recomputes the same keys under default RoPE
+    # original_max_position_embeddings only shapes LongRoPE (read there). Phi-3's generate recomputes the cache
+    # when a sequence first crosses it, so that every key is rotated with the long factors: rebuild_cache.
     cfg.ignore("original_max_position_embeddings")
+    rope = position(cfg, partial=True)
+    if rope.get("scaling", {}).get("type") == "longrope":
+        rope["scaling"]["rebuild_cache"] = True
     doc.update(
         kind="decoder",
         norm={"type": "rmsnorm", "placement": "pre", "eps": cfg.number("rms_norm_eps", 1e-5)},
@@ -29,7 +32,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             "hidden": cfg.positive_int("intermediate_size"),
             "activation": cfg.activation("hidden_act", "silu"),
         },
-        position=position(cfg, partial=True),
+        position=rope,
         bias=False,
         tie_embeddings=cfg.flag("tie_word_embeddings", False),
         dropout={

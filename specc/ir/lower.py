@@ -160,12 +160,15 @@ def _attention(c: _Ctx, p: str, x: str, layer: int, mask: str, memory: str | Non
         chunk=s.attention.chunk,
         rope_dims=int(resolve.rotary_dims(s)) if rope else 0,  # a rule made it an even whole number
         rope_theta=s.position.theta,
-        rope_scaling=_rope_scaling(s) if rope else None,
+        rope_scaling=_rope_scaling(s) if rope else None,  # rebuild_cache: a generation fact, in the meta
         rope_interleaved=rope and s.position.rotation == "interleaved",
         dropout=s.dropout.attention,
         cross=memory is not None,
         padding=c.pad is not None,
     )
+    sc = s.position.scaling if rope else None
+    if sc is not None and sc.rebuild_cache:  # generation recomputes the cache once past the original context
+        g.meta["rebuild_cache_after"] = min(sc.original_max_positions, g.meta.get("rebuild_cache_after", 1 << 62))
     return _linear(c, f"{p}.out", core, h * hd, c.d, f"{cross}out_proj", layer, s.bias.out, init=residual)
 
 
@@ -195,7 +198,7 @@ def _rope_scaling(s: Any) -> dict[str, Any] | None:
     sc = s.position.scaling
     if sc is None:
         return None
-    given = {k: v for k, v in sc.model_dump().items() if v is not None}
+    given = {k: v for k, v in sc.model_dump().items() if v is not None and k != "rebuild_cache"}
     defaults: dict[str, Any] = {}
     if sc.type == "dynamic":
         defaults["original_max_positions"] = s.context  # HF: max_position_embeddings

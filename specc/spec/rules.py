@@ -181,7 +181,10 @@ SCALING_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("factor", "original_max_positions"),
         ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
     ),
-    "longrope": (("short_factor", "long_factor", "original_max_positions"), ("factor", "attention_factor")),
+    "longrope": (
+        ("short_factor", "long_factor", "original_max_positions"),
+        ("factor", "attention_factor", "rebuild_cache"),
+    ),
 }
 
 

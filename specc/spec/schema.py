@@ -212,6 +212,11 @@ class RopeScaling(_Strict):
     short_factor: list[float] | None = Field(None, description="longrope: per-frequency factors up to the original "
                                              "context, head_dim·fraction/2 of them")  # fmt: skip
     long_factor: list[float] | None = Field(None, description="longrope: per-frequency factors beyond it")
+    rebuild_cache: SBool | None = Field(
+        None,
+        description="longrope: when a generated sequence first passes original_max_positions, recompute the KV "
+        "cache so that every key is rotated with the long factors (Phi-3's generate); default false",
+    )
 
 
 class Position(_Strict):

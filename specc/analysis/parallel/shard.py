@@ -69,12 +69,21 @@ def tp_role(g: LayerGraph, op: Op) -> str:
         return "replicated"
     if op.category == "lm_head":
         return "vocab"
-    if any(_shards_heads_or_units(g.op(s)) for s in g.graph.successors(op.name) if s in g.graph and _is_op(g, s)):
+    if any(_shards_heads_or_units(g.op(s)) for s in _consumers(g, op.name)):
         return "column"
     src = op.inputs[0]
     if _is_op(g, src) and _shards_heads_or_units(g.op(src)):
         return "row"
     return "replicated"
+
+
+def _consumers(g: LayerGraph, name: str) -> list[str]:
+    """The ops reading ``name``, looking through QK-norms (they keep the packed projection's layout)."""
+    out = []
+    for s in g.graph.successors(name):
+        if s in g.graph and _is_op(g, s):
+            out += _consumers(g, s) if g.op(s).kind == "slice_rmsnorm" else [s]
+    return out
 
 
 def _is_op(g: LayerGraph, name: str) -> bool:

@@ -87,12 +87,14 @@ def attention_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
         cached = min(nk, a["window"])
     if not a.get("cross") and a.get("mask") == "chunked" and a.get("chunk"):
         cached = min(nk, a["chunk"])
+    # Soft-capped scores have no fused kernel (torch runs them on the explicit softmax): always materialised.
+    capped = bool(a.get("softcap"))
     return Mem(
         saved=saved,
-        saved_fused=(q + k_v) * ctx.bytes + stats,
+        saved_fused=saved if capped else (q + k_v) * ctx.bytes + stats,
         io=(q + k_v + numel(out)) * ctx.bytes,
         scores=scores * ctx.bytes,
-        scores_fused=stats,
+        scores_fused=scores * ctx.bytes if capped else stats,
         kv_cache=2 * b * cached * kv * hd * ctx.bytes,
     )
 

@@ -147,8 +147,10 @@ def _fold_weights(model: onnx.ModelProto, linears: list) -> list[str]:
             arr = numpy_helper.to_array(src)
             if arr.ndim != 2:
                 continue
-            shared = any(c is not tr for c in consumers.get(src.name, []))
+            shared = any(c.name != tr.name for c in consumers.get(src.name, []))  # the builder names nodes uniquely
             name = src.name if not shared else f"{op.name}.weight"
+            if shared and (name in inits or name == src.name):
+                name = f"{op.name}.weight_t"
             t = numpy_helper.from_array(np.ascontiguousarray(arr.T), name)
             if shared:
                 graph.initializer.append(t)

@@ -147,6 +147,7 @@ def model_py_source(spec: Any, weights_file: str | None) -> str:
         "seq2seq": "logits = model(input_ids, decoder_input_ids); tokens = model.generate(input_ids, 20)",
         "image_classification": "logits = model(pixel_values)  # [B, classes]",
     }.get(graph.meta["task"], "out = model(input_ids)  # a dict of outputs")
+    usage = f"model = build(); {usage}"
     hf = " or Hugging Face" if names else ""
     header = f'''"""{name}, written by specc {__version__}: the layers it uses, then one class per kind of block.
 Needs torch (safetensors for weights), not specc. build() loads WEIGHTS (specc{hf} names) or seeds them:

@@ -22,6 +22,7 @@ __all__ = ["EMITTERS", "GeneratedSource", "model_source"]
 
 STEP_INPUTS = {"causal_lm": "input_ids", "seq2seq": "decoder_input_ids"}
 RUNTIME_FACTS = ("dtype", "seed", "init_std", "residual_std", "max_positions", "positions_follow", "prefix")
+RUNTIME_FACTS += ("rebuild_cache_after",)
 LIBRARY = tuple(layers.__all__)  # the names generated code may import (only those it uses are)
 
 

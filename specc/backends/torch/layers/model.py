@@ -87,6 +87,8 @@ class Model(nn.Module):
             self.eval()
             while n < tokens.shape[1] and not (eos is not None and bool(done.all())):
                 grown = {} if mask is None else {"attention_mask": mask[:, :n]}
+                if cache is not None and cache.length <= self.META.get("rebuild_cache_after", n) < n:  # RoPE switch
+                    cache = self.start(fixed, tokens.shape[1])  # every key again, under the new frequencies
                 if cache is not None and n >= self.META.get("prefix", 0):  # a prefix attends both ways: recompute
                     logits = self.step(cache, tokens[:, cache.length : n], **grown)
                 else:
