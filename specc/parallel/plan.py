@@ -12,6 +12,7 @@ Each op that owns (or ties) a weight gets one rule:
 - ``vocab_embed`` / ``vocab_head`` / ``tied_head``: the token embedding and the output head are split by
   vocabulary rows; a head tied to the embedding reads the embedding's shard.
 - ``experts``: a mixture of experts is split by hidden units inside every expert.
+- ``head_norm``: a QK-norm per head on a packed projection (kept whole; each rank normalises its heads).
 - ``replicate``: everything else (norms, positions, routers, pooled heads, embeddings other ops tie to).
 
 ``local_params(graph, tp)`` counts what one rank holds under this plan; ``check_tensor_parallel`` refuses a
@@ -26,11 +27,17 @@ from ..errors import SpecError
 from ..ir.graph import LayerGraph, Op
 
 PER_UNIT = ("activation", "glu", "dropout")  # ops that act on each hidden unit alone
+# Op kinds whose place in a split model this plan knows (a new kind must be taught here before tp runs it).
+KNOWN = {
+    "embedding", "type_embedding", "learned_pos", "sinusoidal_pos", "learned_pos_2d", "sinusoidal_pos_2d",
+    "patch_embed", "cls_token", "layernorm", "rmsnorm", "slice_rmsnorm", "linear", "activation", "glu", "add",
+    "scale", "softcap", "sigmoid_gate", "dropout", "pool", "attention", "moe",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Rule:
-    style: str  # heads | colwise | rowwise | vocab_embed | vocab_head | tied_head | experts | replicate
+    style: str  # heads | head_norm | colwise | rowwise | vocab_embed | vocab_head | tied_head | experts | replicate
     parts: tuple[int, ...] = ()  # heads: head counts of the packed parts, in row order
     head_dim: int = 0
 
@@ -48,8 +55,10 @@ def tensor_plan(graph: LayerGraph) -> dict[str, Rule]:
                 [(op.inputs[0], (h,)), (op.inputs[1], (k, k))] if op.attrs.get("cross") else [(op.inputs[0], (h, k, k))]
             )
             for src, parts in packed:
+                src, norms = packed_source(graph, src)
                 if _is_linear(graph, src):
                     plan[src] = Rule("heads", parts, d)
+                    plan.update({n: Rule("head_norm", parts, d) for n in norms})
             for dst in g.successors(op.name):
                 if _is_linear(graph, dst):
                     plan[dst] = Rule("rowwise")
@@ -76,6 +85,15 @@ def tensor_plan(graph: LayerGraph) -> dict[str, Rule]:
         elif op.params or op.attrs.get("tied_to"):
             plan[op.name] = Rule("replicate")
     return plan
+
+
+def packed_source(graph: LayerGraph, name: str) -> tuple[str, list[str]]:
+    """The projection an attention input comes from, through the QK-norms (``slice_rmsnorm``) on its way."""
+    norms = []
+    while name not in graph.inputs and graph.op(name).kind == "slice_rmsnorm":
+        norms.append(name)
+        name = graph.op(name).inputs[0]
+    return name, norms
 
 
 def _is_linear(graph: LayerGraph, name: str) -> bool:
@@ -111,11 +129,13 @@ def check_tensor_parallel(graph: LayerGraph, tp: int) -> None:
     for op in graph.ops():
         if op.kind in ("rnn", "rnn_decoder"):
             raise SpecError(f"{name}: recurrent layers have no tensor-parallel plan", hint="use dp=N alone")
+        if op.kind not in KNOWN:
+            raise SpecError(f"{name}: {op.name} ({op.kind}) has no tensor-parallel rule", hint="use dp=N alone")
     plan = tensor_plan(graph)
     for op_name, rule in plan.items():
         op = graph.op(op_name)
         if op.kind == "attention":
-            packed = op.inputs[:2] if op.attrs.get("cross") else op.inputs[:1]
+            packed = [packed_source(graph, src)[0] for src in op.inputs[: 2 if op.attrs.get("cross") else 1]]
             if any(plan.get(src, Rule("")).style != "heads" for src in packed):
                 raise SpecError(
                     f"{name}: {op_name} reads heads that no linear projection packs: no tensor-parallel plan"
@@ -124,6 +144,8 @@ def check_tensor_parallel(graph: LayerGraph, tp: int) -> None:
             if h % tp or k % tp:
                 what = f"heads {h}" if h % tp else f"kv_heads {k}"
                 problems.append(f"{op_name}: {what} is not divisible by tp={tp}")
+        elif rule.style == "head_norm" and op.attrs["dim"] != rule.head_dim:
+            problems.append(f"{op_name}: a QK-norm over whole projections (qk_norm: full) does not split by heads")
         elif rule.style == "colwise" and op.attrs["out_features"] % tp:
             problems.append(f"{op_name}: {op.attrs['out_features']} hidden units are not divisible by tp={tp}")
         elif rule.style == "experts" and op.attrs["hidden"] % tp:

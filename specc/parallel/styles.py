@@ -71,12 +71,13 @@ class LocalParams(ParallelStyle):
     ``partial``: the module computes a partial sum of its output on each rank (its parameters are split by
     hidden units: a mixture of experts), so its tensor inputs are all-reduced in backward and its output in
     forward; an ``aux_loss`` it sets is the same on every rank, so its gradient is divided by the ranks that
-    sum it.
+    sum it. ``own``: the module sees only this rank's part of its input (a QK-norm over local heads), so the
+    gradients of its whole parameters are summed over the ranks.
     """
 
-    def __init__(self, placements: dict[str, Placement] | None = None, partial: bool = False):
+    def __init__(self, placements: dict[str, Placement] | None = None, partial: bool = False, own: bool = False):
         super().__init__()
-        self.placements, self.partial = placements or {}, partial
+        self.placements, self.partial, self.own = placements or {}, partial, own
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         return distribute_module(
@@ -90,7 +91,8 @@ class LocalParams(ParallelStyle):
     def _inputs(self, module: nn.Module, inputs: tuple[Any, ...], mesh: DeviceMesh) -> tuple[Any, ...]:
         for name, param in module.named_parameters(recurse=False):
             if isinstance(param, DTensor):
-                module.__dict__[name] = param.to_local()
+                grads = [Partial()] if self.own else None  # each rank's share of a whole parameter's gradient
+                module.__dict__[name] = param.to_local(grad_placements=grads)
         if not self.partial:
             return inputs
         return tuple(_sum_grads(x, mesh) if isinstance(x, torch.Tensor) else x for x in inputs)

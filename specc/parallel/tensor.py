@@ -87,6 +87,8 @@ def apply_tensor_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh,
         if op.kind == "attention":
             module.heads, module.kv_heads = rule.parts[0] // tp, rule.parts[1] // tp
             continue
+        if rule.style == "head_norm":  # its q (or k) heads, in the rank-major local [q_r | k_r | v_r]
+            module.start, module.width = op.attrs["start"] // tp, op.attrs["width"] // tp
         style = _style(rule, bool(op.attrs.get("tied_to")))
         if style is None:
             placements = {}
@@ -95,7 +97,7 @@ def apply_tensor_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh,
                 placements[local] = Replicate() if axis is None else Shard(axis)
             if rule.style == "experts" and op.attrs.get("bias"):
                 raise SpecError(f"{name}: tensor parallelism of experts with biases is not supported", hint="tp=1")
-            style = LocalParams(placements, partial=rule.style == "experts")
+            style = LocalParams(placements, partial=rule.style == "experts", own=rule.style == "head_norm")
         plan[name] = style
     for pname, _ in model.named_parameters():  # every parameter is an IR op's: none stays a plain tensor
         if pname.rpartition(".")[0] not in plan:
