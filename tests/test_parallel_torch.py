@@ -215,9 +215,8 @@ def _check_tp(cli: Any, family: str, results: list[dict[str, Any]], folder: Path
     assert code == 0, err
     analyzed = json.loads(out)["parallel"]["per_device"]["memory"]["weights"]
     for rank, res in enumerate(results):
-        if family != "qknorm":  # the analyzer keeps a projection behind a QK-norm whole: it holds more
-            assert res["bytes"] == per_device_weight_bytes(graph, tp=2, tp_rank=rank), (family, rank)
-            assert res["bytes"] == analyzed, (family, rank)  # the analyzer's `parallel.per_device.memory.weights`
+        assert res["bytes"] == per_device_weight_bytes(graph, tp=2, tp_rank=rank), (family, rank)
+        assert res["bytes"] == analyzed, (family, rank)  # the analyzer's `parallel.per_device.memory.weights`
         assert res["reloaded"] == 0.0, (family, rank)
         assert res["logits"] < 1e-5, (family, rank, res["logits"])
         assert res["grads"] < 1e-5, (family, rank, res["grads"])
