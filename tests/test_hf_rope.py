@@ -56,7 +56,8 @@ def _legacy(folder: Path, dest: Path) -> Path:
     params = cfg.pop("rope_parameters")
     cfg["rope_theta"] = params.pop("rope_theta")
     kind = params.pop("rope_type")
-    cfg["rope_scaling"] = {"type": kind, **params} if kind != "default" else None
+    key = "type" if kind in ("linear", "dynamic") else "rope_type"  # as the hub's files spell them
+    cfg["rope_scaling"] = {key: kind, **params} if kind != "default" else None
     (dest / "config.json").write_text(json.dumps(cfg, indent=2))
     (dest / "model.safetensors").symlink_to(folder / "model.safetensors")
     return dest

@@ -3,7 +3,8 @@
 Shortcut forms (``bias: true``, ``position: rotary``, ``blocks: 6`` for both stacks, ``dropout: 0.1``) are
 normalised by before-validators so that every consumer sees one canonical shape. Cross-field rules live in
 ``rules.py`` and run from each family's after-validator, so the Python API and the YAML loader enforce the
-same rules.
+same rules. The building blocks (limits, strict types, shortcuts) live in ``schema_base.py`` and positions in
+``schema_rope.py``; every name is importable from here.
 """
 
 from __future__ import annotations
@@ -13,53 +14,31 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import (
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
-    Strict,
     StringConstraints,
     TypeAdapter,
     create_model,
     model_validator,
 )
 
-# Generous but finite: a typo like d_model: 7680000 is an error, not an allocation attempt.
-MAX_WIDTH = 1 << 17  # 131072
-MAX_BLOCKS = 1024
-MAX_VOCAB = 1 << 24
-MAX_CONTEXT = 1 << 24
-MAX_HEADS = 4096
-MAX_EXPERTS = 4096
-
-# Integers and booleans are strict (``blocks: true`` or ``bias: 1`` is a mistake, not a value); floats stay
-# lax because YAML 1.1 reads ``1e-5`` as a string.
-SInt = Annotated[int, Strict()]
-SBool = Annotated[bool, Strict()]
-Dtype = Literal["fp32", "fp16", "bf16"]
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
-
-
-def _all_flags(fields: tuple[str, ...]):
-    def expand(v: Any) -> Any:
-        return dict.fromkeys(fields, v) if isinstance(v, bool) else v
-
-    return expand
-
-
-def _typed_shortcut(v: Any) -> Any:
-    """``position: rotary`` → ``{type: rotary}``."""
-    return {"type": v} if isinstance(v, str) else v
-
-
-def _dropout_shortcut(v: Any) -> Any:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return {"embedding": v, "attention": v, "residual": v}
-    return v
-
+from .schema_base import (  # noqa: F401  (re-exported: the spec language's names live in this module)
+    DTYPE_BYTES,
+    MAX_BLOCKS,
+    MAX_CONTEXT,
+    MAX_EXPERTS,
+    MAX_HEADS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    Activation,
+    Dtype,
+    SBool,
+    SInt,
+    _all_flags,
+    _dropout_shortcut,
+    _Strict,
+    _typed_shortcut,
+)
+from .schema_rope import Position, PositionField, RopeScaling  # noqa: F401  (re-exported)
 
 # ---------------------------------------------------------------------------------------------- parts
 
@@ -184,52 +163,6 @@ MLP = Annotated[
     Annotated[ClassicMLP | SwiGLUMLP | MoEMLP, Field(discriminator="type")],
     BeforeValidator(_typed_shortcut, json_schema_input_type=Union[str, ClassicMLP, SwiGLUMLP, MoEMLP]),
 ]
-
-
-class RopeScaling(_Strict):
-    """RoPE frequency scaling (context extension), with the parameters and defaults of transformers'
-    ``ROPE_INIT_FUNCTIONS``. Which fields each type reads is checked by a rule."""
-
-    type: Literal["linear", "dynamic", "llama3", "yarn", "longrope"]
-    factor: float | None = Field(None, gt=0, description="context extension factor (longrope: default context / "
-                                 "original_max_positions)")  # fmt: skip
-    original_max_positions: SInt | None = Field(
-        None,
-        ge=1,
-        le=MAX_CONTEXT,
-        description="pre-training context (llama3, yarn, longrope; dynamic, default context)",
-    )
-    low_freq_factor: float | None = Field(None, gt=0, description="llama3")
-    high_freq_factor: float | None = Field(None, gt=0, description="llama3")
-    beta_fast: float | None = Field(None, gt=0, description="yarn: default 32")
-    beta_slow: float | None = Field(None, gt=0, description="yarn: default 1")
-    mscale: float | None = Field(None, ge=0, description="yarn: attention factor numerator scale")
-    mscale_all_dim: float | None = Field(None, ge=0, description="yarn: attention factor denominator scale")
-    attention_factor: float | None = Field(
-        None, gt=0, description="yarn, longrope: scale of cos/sin; default from factor (and mscale)"
-    )
-    truncate: SBool | None = Field(None, description="yarn: round the correction range to whole dims (default true)")
-    short_factor: list[float] | None = Field(None, description="longrope: per-frequency factors up to the original "
-                                             "context, head_dim·fraction/2 of them")  # fmt: skip
-    long_factor: list[float] | None = Field(None, description="longrope: per-frequency factors beyond it")
-    rebuild_cache: SBool | None = Field(
-        None,
-        description="longrope: when a generated sequence first passes original_max_positions, recompute the KV "
-        "cache so that every key is rotated with the long factors (Phi-3's generate); default false",
-    )
-
-
-class Position(_Strict):
-    type: Literal["learned", "sinusoidal", "rotary", "none", "learned_2d", "sinusoidal_2d"] = "learned"
-    theta: float = Field(10000.0, gt=0, description="rotary base")
-    fraction: float = Field(1.0, gt=0, le=1.0, description="rotary: fraction of head_dim rotated")
-    rotation: Literal["half", "interleaved"] = Field(
-        "half", description="rotary: rotate the two halves (GPT-NeoX, Llama) or adjacent pairs (GPT-J)"
-    )
-    scaling: RopeScaling | None = Field(None, description="rotary: frequency scaling; absent = plain RoPE")
-
-
-PositionField = Annotated[Position, BeforeValidator(_typed_shortcut, json_schema_input_type=Union[str, Position])]
 
 
 class Output(_Strict):
