@@ -84,7 +84,7 @@ FAMILY_CASES = [
     Case("qwen3moe-topk", "Qwen3MoeForCausalLM", dict(_QWEN, **_MOE, head_dim=16, norm_topk_prob=True)),
     Case("phi3-fused", "Phi3ForCausalLM", dict(_QWEN, sliding_window=5, pad_token_id=0)),
     # LongRoPE: short factors while every sequence (11, 16 tokens) fits original_max_position_embeddings, long ones
-    # from the first step when none does (HF recomputes the cache when a generation crosses it; see NEEDS)
+    # from the first step when none does, and a generation that crosses it (HF recomputes the cache there)
     Case(
         "phi3-longrope",
         "Phi3ForCausalLM",
@@ -107,6 +107,22 @@ FAMILY_CASES = [
         dict(
             _QWEN,
             original_max_position_embeddings=4,
+            pad_token_id=0,
+            rope_parameters={
+                "rope_type": "longrope",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.5,
+                "short_factor": [1.0, 1.5, 2.0, 3.0],
+                "long_factor": [2.0, 4.0, 6.0, 12.0],
+            },
+        ),
+    ),
+    Case(
+        "phi3-longrope-switch",
+        "Phi3ForCausalLM",
+        dict(
+            _QWEN,
+            original_max_position_embeddings=8,
             pad_token_id=0,
             rope_parameters={
                 "rope_type": "longrope",
@@ -217,6 +233,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "qwen3moe-topk": ("qk_norm",),
     "phi3-longrope": ("rope_scaling", "rope_import"),
     "phi3-longrope-long": ("rope_scaling", "rope_import"),
+    "phi3-longrope-switch": ("rope_scaling", "rope_import"),
     "llama3-rope": ("rope_scaling", "rope_import"),
     "llama-linear": ("rope_scaling", "rope_import"),
     "llama-dynamic": ("rope_scaling", "rope_import"),

@@ -20,6 +20,7 @@ from specc.interop import import_hf
 
 ort = pytest.importorskip("onnxruntime")
 
+ATTENTION_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention")
 RTOL_OF_SCALE = 1e-4  # tolerance = 1e-4 × the largest |logit| of the reference (at least 1e-4)
 
 
@@ -64,6 +65,10 @@ def test_torch_backend_matches_hf(family, case: Case) -> None:
 def test_onnx_matches_hf(family, case: Case, tmp_path: Path) -> None:
     s = family(case.id)
     path = specc.export_onnx(s.spec, tmp_path / "model.onnx", weights=s.weights)
+    import onnx
+
+    fused = [n for n in onnx.load(str(path)).graph.node if n.op_type in ATTENTION_OPS]
+    assert len(fused) == s.spec.blocks  # one fused attention node per layer, whatever its kind
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 2
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

@@ -93,6 +93,8 @@ def test_gemma1_legacy_gelu_is_the_tanh_approximation(tmp_path: Path) -> None:
     doc = _doc(tmp_path, "GemmaForCausalLM", "gemma", head_dim=32, hidden_act="gelu")
     assert doc["mlp"]["activation"] == "gelu_tanh" and doc["embedding_scale"] == "sqrt_d_model"
     assert doc["norm"]["unit_offset"] is True and doc["attention"]["head_dim"] == 32
+    absent = _doc(tmp_path, "GemmaForCausalLM", "gemma", head_dim=32)  # transformers' default: gelu_pytorch_tanh
+    assert absent["mlp"]["activation"] == "gelu_tanh"
 
 
 @needs("parallel")

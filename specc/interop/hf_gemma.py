@@ -20,7 +20,9 @@ def _activation(cfg: HFConfig, arch: str) -> str:
         # transformers reads Gemma 1's hidden_act, and takes its legacy "gelu" for the tanh approximation it
         # was trained with; hidden_activation is never read
         cfg.ignore("hidden_activation")
-        return "gelu_tanh" if cfg.get("hidden_act", "gelu_pytorch_tanh") == "gelu" else cfg.activation("hidden_act", "")
+        if cfg.get("hidden_act", "gelu_pytorch_tanh") == "gelu":
+            return "gelu_tanh"
+        return cfg.activation("hidden_act", "gelu_pytorch_tanh")
     cfg.ignore("hidden_act")  # Gemma 2/3 read hidden_activation only
     return cfg.activation("hidden_activation", "gelu_pytorch_tanh")
 
