@@ -8,16 +8,20 @@ Every number is measured in this run, on the machine it names (CPU model, torch 
 1. The fp32 GEMM peak: GFLOP/s of ``torch.mm`` and of oneDNN's linear (where this torch has it) on GPT-2's
    GEMM shapes at N = 512 rows (768→2304, 768→768, 768→3072, 3072→768 and the 768→50257 head); the peak is
    the best of them all.
-2. The memory read bandwidth: the best of ``sum()`` over a large fp32 tensor and of GEMVs (1 row) streaming a
-   > 256 MB fp32 weight (``F.linear``, oneDNN, and the row-split batched GEMV), each far larger than the
-   caches; the bandwidth floor of decoding is the time to read the weights once at that rate.
+2. The memory read bandwidth: the best of ``sum()`` over one large fp32 tensor, of GEMVs (1 row) streaming a
+   > 256 MB fp32 weight (``F.linear``, oneDNN, and the row-split batched GEMV), and of ``sum()`` over the
+   model's own parameters once each, in forward order — the tensors decoding reads, as it reads them
+   (bench/decode_costs.py); each far larger than the caches. The bandwidth floor of decoding is the time to
+   read the weights once at the best of these rates.
 3. Forward, B=1, N=512, fp32: ``specc.build_torch`` of gpt2.yaml vs HF ``GPT2LMHeadModel
    (attn_implementation="sdpa")`` holding the same random weights (bench/twins.py), with the logits compared;
    specc's matmul throughput (the analyzer's forward matmul FLOPs, attention counted in full as
    FlopCounterMode does, / time) as a % of the GEMM peak.
 4. Greedy generation, prompt 32 + 128 new tokens, end to end (prompt included): tokens/s of specc's KV-cached
    ``generate`` vs HF ``generate``, and specc's tokens/s as a % of the bandwidth floor (every parameter read
-   once per token; the tied embedding / head matrix once; KV-cache reads not counted).
+   once per token; the tied embedding / head matrix once; KV-cache reads not counted). Then one decoding step
+   at a cache of prompt + new/2 tokens against the model's one-row linear calls alone (same kernels, same
+   weights, same order): what a step spends beyond streaming its weights.
 5. Peak memory of a one-block GPT-2-shaped model at N = 4096 and 16384 with fused SDPA vs the explicit math
    path (each measured in a fresh process as the growth of its peak RSS): O(N) vs O(N²).
 
@@ -29,7 +33,6 @@ from the next), after a warm-up; the tables report medians (and the best). The b
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -45,10 +48,11 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import decode_costs  # noqa: E402
+from attention_memory import attention_memory  # noqa: E402
 from twins import gpt2_twins  # noqa: E402
 
 import specc  # noqa: E402
-from specc.backends.torch.memory import available_bytes  # noqa: E402
 
 IDLE = 0.1  # seconds of idle before every timed call
 GPT2_GEMMS = [(768, 2304), (768, 768), (768, 3072), (3072, 768), (768, 50257)]  # (in_features, out_features)
@@ -221,57 +225,6 @@ def generation(
     }
 
 
-def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of every parameter once (parameters() yields a tied embedding / head matrix once)."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
-# ================================================================================= attention memory (O(N))
-
-
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field))
-
-
-def attention_memory_child(n: int, impl: str) -> None:
-    """(In a fresh process.) Peak RSS growth of one forward of a one-block GPT-2-shaped model at length n."""
-    spec = specc.load_spec("gpt2", ["blocks=1", f"context={n}", "vocab_size=256"])
-    model = specc.build_torch(spec)
-    model.attention_impl = impl
-    ids = torch.randint(0, 256, (1, n))
-    with torch.inference_mode():
-        model(ids[:, :64])  # load kernels before the baseline
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the peak (VmHWM) to the current RSS, so only this forward's growth counts
-        before = _rss_kib("VmRSS:")
-        start = time.perf_counter()
-        model(ids)
-        seconds = time.perf_counter() - start
-        peak = _rss_kib("VmHWM:")
-    print(json.dumps({"peak_bytes": (peak - before) * 1024, "seconds": seconds}))
-
-
-def attention_memory(n: int, impl: str) -> dict[str, float] | str:
-    heads = 12
-    scores = heads * n * n * 4  # one fp32 H·N² matrix; the math path holds about three at once
-    if impl == "math" and 3 * scores > 0.6 * available_bytes(torch.device("cpu")):
-        return f"not run: its {heads}·N² fp32 score matrices need ~{3 * scores / 2**30:.0f} GiB"
-    cmd = [
-        sys.executable,
-        __file__,
-        "--attention-memory-child",
-        str(n),
-        impl,
-        "--threads",
-        str(torch.get_num_threads()),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if proc.returncode:
-        return f"failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 # ==================================================================================================== main
 
 
@@ -290,12 +243,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions (< 1 minute)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch.set_num_threads")
-    parser.add_argument("--attention-memory-child", nargs=2, metavar=("N", "IMPL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if args.attention_memory_child:
-        attention_memory_child(int(args.attention_memory_child[0]), args.attention_memory_child[1])
-        return
 
     quick = args.quick
     reps = 2 if quick else 7
@@ -315,15 +264,17 @@ def main() -> None:
 
     progress("memory bandwidth")
     bw = bandwidth(256 if quick else 512, reps)
+
+    progress("GPT-2 twins")
+    spec = specc.load_spec("gpt2", ["blocks=2"] if quick else None)
+    ours, hf = gpt2_twins(spec)
+    nbytes = decode_costs.weight_bytes(ours)
+    bw[f"model weights sum() ({nbytes / 1e6:.0f} MB)"] = decode_costs.weight_read(ours, reps, IDLE)["best_gb_s"]
     read_bw = max(bw.values())
     cells = ", ".join(f"{k} {v:.1f}" for k, v in bw.items())
     rows.append(
         (f"memory read bandwidth, {256 if quick else 512} MiB fp32", "", f"{cells} GB/s", f"{read_bw:.1f} GB/s", "")
     )
-
-    progress("GPT-2 twins")
-    spec = specc.load_spec("gpt2", ["blocks=2"] if quick else None)
-    ours, hf = gpt2_twins(spec)
     routing = linear_routing(ours)
     flops = specc.analyze(spec, batch=1, seq=n).to_dict()["flops"]["forward"]["matmul"]
     progress("forward")
@@ -345,7 +296,6 @@ def main() -> None:
     prompt, new = (8, 16) if quick else (32, 128)
     progress("generation")
     g = generation(ours, hf, spec.vocab_size, prompt, new, 1 if quick else 3)
-    nbytes = weight_bytes(ours)
     floor = read_bw * 1e9 / nbytes  # tokens/s if each token only read every weight once at read_bw
     speedup = g["specc_tok_s"] / g["hf_tok_s"]
     pct = g["specc_tok_s"] / floor * 100
@@ -358,6 +308,22 @@ def main() -> None:
             f"{floor:.1f} tok/s = {nbytes / 1e6:.0f} MB of weights at {read_bw:.1f} GB/s "
             f"({_verdict(pct, TARGETS['generate_floor'])}); same tokens: {g['same_tokens']}",
             f"≥ {TARGETS['generate_hf']}× HF, ≥ {TARGETS['generate_floor']:.0f}% of floor",
+        )
+    )
+    progress("decode step")
+    length = prompt + new // 2
+    step = decode_costs.step_seconds(ours, spec.vocab_size, length, reps * 3, IDLE)
+    gemvs = decode_costs.weight_gemvs(ours, reps * 3, IDLE)
+    rest = step["median_s"] - gemvs["median_s"]
+    rows.append(
+        (
+            f"one decode step, KV cache at {length} tokens: median (best)",
+            f"{step['median_s'] * 1e3:.1f} ms ({step['best_s'] * 1e3:.1f})",
+            f"its linear layers alone: {gemvs['median_s'] * 1e3:.1f} ms ({gemvs['best_s'] * 1e3:.1f}) = "
+            f"{nbytes / gemvs['median_s'] / 1e9:.1f} GB/s",
+            f"the rest (attention, norms, cache, Python): {rest * 1e3:.1f} ms = "
+            f"{rest / step['median_s'] * 100:.0f}% of the step",
+            "",
         )
     )
     del ours, hf

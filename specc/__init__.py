@@ -5,6 +5,7 @@ Python API (heavy backends are imported on first use)::
     spec = specc.load_spec("specs/gpt2.yaml", overrides=["blocks=2"])
     graph = specc.lower(spec)
     model = specc.build_torch(spec)
+    model = specc.parallelize(model, mesh)   # torch.distributed: DeviceMesh with dims dp and/or tp
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "export_onnx",
     "load_spec",
     "lower",
+    "parallelize",
 ]
 
 
@@ -45,6 +47,14 @@ def export_onnx(spec: Any, path: Any, weights: Any = None, **options: Any) -> An
     from .backends.onnx.export import export_onnx as impl
 
     return impl(spec, path, weights=weights, **options)
+
+
+def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False) -> Any:
+    """Split a built model over a ``DeviceMesh`` with dimensions ``dp`` and/or ``tp``: tensor parallelism
+    from the layer graph's plan, FSDP2 per block over ``dp`` (see ``specc.parallel``)."""
+    from .parallel import parallelize as impl
+
+    return impl(model, mesh, sequence_parallel=sequence_parallel)
 
 
 def analyze(spec: Any, batch: int = 1, seq: int | None = None, dtype: str | None = None, **options: Any) -> Any:

@@ -146,7 +146,9 @@ def test_gpt3_analyzes_fast() -> None:
     analyze("gpt3-175b")  # warm imports
     t = time.perf_counter()
     r = analyze("gpt3-175b", device="h100")
-    assert time.perf_counter() - t < 1.0
+    # Not a speed target (those live in bench/): materialising 175B parameters would take minutes, so a loose
+    # bound that holds on a loaded 2-core machine still proves the analysis allocates nothing.
+    assert time.perf_counter() - t < 10.0
     assert r.forward.total_matmul > 2 * r.params.total * 2048  # ≈ 2·P·N plus attention
 
 

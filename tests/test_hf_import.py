@@ -149,9 +149,9 @@ _LLAMA = {
         ({**_GPT2, "activation_function": "quick_gelu"}, "activation_function"),
         (
             {**_LLAMA, "rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}},
-            "rope_parameters.rope_type",
+            "rope_parameters.low_freq_factor",
         ),
-        ({**_LLAMA, "rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling.rope_type"),
+        ({**_LLAMA, "rope_scaling": {"type": "mrope", "factor": 2.0}}, "rope_scaling.rope_type"),
         ({**_LLAMA, "architectures": ["LlamaForSequenceClassification"]}, "architectures"),
         (
             {

@@ -4,8 +4,9 @@ of autograd, tracing, compiling and FlopCounterMode, and survives the ecosystem'
 from __future__ import annotations
 
 import copy
-import importlib.util
+import importlib
 import io
+import sys
 import types
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specc.backends.torch import kernels
+from specc.backends.torch import kernels, kernels_candidates, kernels_dispatch, kernels_measure
 
 IN, OUT = 48, 81  # OUT is odd: the row-split GEMV also has a remainder block
 
@@ -76,7 +77,7 @@ def test_non_contiguous_input(rows: int) -> None:
 @pytest.mark.parametrize("name", sorted(kernels.CANDIDATES))
 @pytest.mark.parametrize("rows", [1, 3, 8, 100])
 def test_every_candidate_equals_f_linear(name: str, rows: int) -> None:
-    if name == "onednn" and not kernels._onednn_available(torch.float32):
+    if name == "onednn" and not kernels_candidates.onednn_available(torch.float32):
         pytest.skip("this torch build has no working oneDNN linear")
     w, b = _weights(True)
     x = torch.randn(2, rows, IN, generator=torch.Generator().manual_seed(4))
@@ -128,20 +129,24 @@ def test_flop_counter_sees_aten_linear() -> None:
     assert dict(flop_registry) == registry, "specc registers no flop formulas"
 
 
-def test_import_and_measuring_leave_global_state_alone() -> None:
+def test_import_and_measuring_leave_global_state_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch.utils.flop_counter import flop_registry
 
     rng, registry = torch.get_rng_state(), dict(flop_registry)
-    spec = importlib.util.spec_from_file_location("_kernels_copy", kernels.__file__)
-    copy_ = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(copy_)  # a fresh import of the module's code
-    assert not copy_.choices() and not copy_._onednn_ok, "import probes nothing"
-    assert torch.equal(torch.get_rng_state(), rng)
+    names = [n for n in sys.modules if n.startswith("specc.backends.torch.kernels")]
+    package = sys.modules["specc.backends.torch"]
+    for name in names:  # both restored after the test
+        monkeypatch.delitem(sys.modules, name)
+        monkeypatch.setattr(package, name.rsplit(".", 1)[1], getattr(package, name.rsplit(".", 1)[1]))
+    fresh = importlib.import_module("specc.backends.torch.kernels")  # a fresh import of the package's code
+    assert fresh is not kernels
+    assert not fresh.choices() and not sys.modules["specc.backends.torch.kernels_candidates"].onednn_ok
+    assert torch.equal(torch.get_rng_state(), rng), "import probes nothing"
     w, b = _weights(True)
     with torch.no_grad():
         for rows in (1, 5, 40, 100):
-            copy_.linear(torch.ones(rows, IN), w, b)
-    assert len(copy_.choices()) == 4
+            fresh.linear(torch.ones(rows, IN), w, b)
+    assert len(fresh.choices()) == 4
     assert torch.equal(torch.get_rng_state(), rng), "measuring draws from no global generator"
     assert dict(flop_registry) == registry
     assert torch._C._len_torch_dispatch_stack() == 0 and not torch._C._is_torch_function_mode_enabled()
@@ -159,13 +164,13 @@ def test_env_var_forces_f_linear(monkeypatch: pytest.MonkeyPatch) -> None:
                 assert torch.equal(kernels.linear(x, w, b), F.linear(x, w, b))
     assert [c.kernel for c in kernels.choices().values()] == ["torch"] * 3
     assert not any(c.seconds for c in kernels.choices().values()), "nothing measured"
-    assert not kernels._onednn_ok, "nothing probed"
+    assert not kernels_candidates.onednn_ok, "nothing probed"
 
 
 def test_noisy_measurements_are_repeated(monkeypatch: pytest.MonkeyPatch) -> None:
     w, b = _weights(True)
     x = torch.randn(3, IN, generator=torch.Generator().manual_seed(4))
-    monkeypatch.setattr(kernels, "_AGAIN", 3)  # measure again at calls 3, 9, 27 (not 10, 100, 1000)
+    monkeypatch.setattr(kernels_dispatch, "_AGAIN", 3)  # measure again at calls 3, 9, 27 (not 10, 100, 1000)
 
     def measurements(calls: int) -> list[int]:
         kernels.reset()
@@ -178,16 +183,16 @@ def test_noisy_measurements_are_repeated(monkeypatch: pytest.MonkeyPatch) -> Non
         _close(y, F.linear(x, w, b))
         return counts
 
-    monkeypatch.setattr(kernels, "_NOISE", 1e9)  # quiet: one measurement
-    monkeypatch.setattr(kernels, "_preemptions", lambda: 0)
+    monkeypatch.setattr(kernels_measure, "_NOISE", 1e9)  # quiet: one measurement
+    monkeypatch.setattr(kernels_measure, "preemptions", lambda: 0)
     assert set(measurements(12)) == {1}
-    monkeypatch.setattr(kernels, "_NOISE", -1.0)  # every measurement noisy
+    monkeypatch.setattr(kernels_measure, "_NOISE", -1.0)  # every measurement noisy
     counts = measurements(40)
     assert [counts.index(n) for n in (1, 2, 3, 4)] == [0, 3, 9, 27]
-    assert counts[-1] == kernels._MEASUREMENTS == 4, "at most four measurements"
-    monkeypatch.setattr(kernels, "_NOISE", 1e9)
+    assert counts[-1] == kernels_dispatch._MEASUREMENTS == 4, "at most four measurements"
+    monkeypatch.setattr(kernels_measure, "_NOISE", 1e9)
     switches = iter(range(0, 10**6, 10))  # preempted 10 times during every measurement: noisy
-    monkeypatch.setattr(kernels, "_preemptions", lambda: next(switches))
+    monkeypatch.setattr(kernels_measure, "preemptions", lambda: next(switches))
     assert measurements(4)[-1] == 2
 
 
@@ -211,8 +216,8 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr(kernels, "time", clock)
-    monkeypatch.setattr(kernels, "_preemptions", lambda: 0)
+    monkeypatch.setattr(kernels_measure, "time", clock)
+    monkeypatch.setattr(kernels_measure, "preemptions", lambda: 0)
     return clock
 
 
@@ -229,7 +234,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 def test_the_fastest_candidate_is_chosen(
     monkeypatch: pytest.MonkeyPatch, clock: Clock, rows: int, costs: dict[str, float], expect: str
 ) -> None:
-    if not kernels._onednn_available(torch.float32):
+    if not kernels_candidates.onednn_available(torch.float32):
         pytest.skip("this torch build has no working oneDNN linear")
     if rows <= kernels.FEW_ROWS and torch.get_num_threads() == 1:
         pytest.skip("the row split needs 2 threads")
@@ -262,15 +267,15 @@ def test_onednn_fallback(monkeypatch: pytest.MonkeyPatch, failure: str) -> None:
         monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", broken)
     # The other kernels are slow (on a virtual clock): oneDNN would win any measurement it took part in.
     clock = Clock()
-    monkeypatch.setattr(kernels, "time", clock)
-    monkeypatch.setitem(kernels.CANDIDATES, "torch", clock.costing(kernels._torch, 1.0))
-    monkeypatch.setitem(kernels.CANDIDATES, "split", clock.costing(kernels._split, 1.0))
+    monkeypatch.setattr(kernels_measure, "time", clock)
+    monkeypatch.setitem(kernels.CANDIDATES, "torch", clock.costing(kernels_candidates._torch, 1.0))
+    monkeypatch.setitem(kernels.CANDIDATES, "split", clock.costing(kernels_candidates._split, 1.0))
     w, b = _weights(True)
     x = torch.randn(100, IN, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         _close(kernels.linear(x, w, b), F.linear(x, w, b))
     assert [c.kernel for c in kernels.choices().values()] == ["torch"]
-    assert kernels._onednn_ok[torch.float32] is (failure == "disagrees on large inputs")
+    assert kernels_candidates.onednn_ok[torch.float32] is (failure == "disagrees on large inputs")
 
 
 def test_special_contexts_get_f_linear(monkeypatch: pytest.MonkeyPatch) -> None:

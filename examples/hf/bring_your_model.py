@@ -4,7 +4,8 @@ both compute the HF function (logits and greedy tokens).
 
     python examples/hf/bring_your_model.py --family llama --out /tmp/tiny-llama
 
-No download: the HF model is random, built from a config. Families: gpt2 llama mixtral bert vit bart marian.
+No download: the HF model is random, built from a config. Families: gpt2 llama mixtral qwen3 gemma2 phi3 neox
+olmo2 bert vit bart marian.
 With your own checkpoint, skip step 1 and point step 2 at its folder.
 """
 
@@ -41,6 +42,14 @@ TINY: dict[str, tuple[str, dict[str, Any]]] = {
     "gpt2": ("GPT2LMHeadModel", dict(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=64)),
     "llama": ("LlamaForCausalLM", dict(_LLAMA, num_key_value_heads=2)),
     "mixtral": ("MixtralForCausalLM", dict(_LLAMA, num_key_value_heads=2, num_local_experts=4)),
+    "qwen3": ("Qwen3ForCausalLM", dict(_LLAMA, num_key_value_heads=2, head_dim=32)),
+    "gemma2": (
+        "Gemma2ForCausalLM",
+        dict(_LLAMA, num_key_value_heads=2, head_dim=32, sliding_window=4, tie_word_embeddings=False),
+    ),
+    "phi3": ("Phi3ForCausalLM", dict(_LLAMA, sliding_window=6, pad_token_id=0)),
+    "neox": ("GPTNeoXForCausalLM", dict(_LLAMA, rotary_pct=0.25)),
+    "olmo2": ("Olmo2ForCausalLM", dict(_LLAMA, num_key_value_heads=2)),
     "bert": (
         "BertForMaskedLM",
         dict(_TEXT, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4),
@@ -90,7 +99,7 @@ def example_inputs(family: str, model: Any) -> dict[str, torch.Tensor]:
 
 def max_diff(family: str, x: dict[str, torch.Tensor], ref: torch.Tensor, got: Any) -> float:
     got = torch.as_tensor(np.asarray(got))
-    if family in ("gpt2", "llama", "mixtral"):  # a decoder's padded positions are never read
+    if family not in ("bert", "vit", "bart", "marian"):  # a decoder's padded positions are never read
         keep = x["attention_mask"].bool()
         ref, got = ref[keep], got[keep]
     return float((ref - got).abs().max())

@@ -18,10 +18,12 @@ OPTIMIZER = "Adam"
 LAYERNORM = 6
 LAYERNORM_BIAS = 1
 RMSNORM = 4
+UNIT_OFFSET = 1  # per weight element: the (1 + weight) of a unit-offset RMSNorm
 
 # Softmax, per score: max (1) + subtract (1) + exp (1) + sum (1) + divide (1); plus the 1/√d_H scale (1).
 SOFTMAX = 5
 SCORE_SCALE = 1
+SOFTCAP = 3  # per capped element: cap · tanh(x / cap) = divide, tanh, multiply
 
 # Elementwise activations, per element.
 ACTIVATION = {
@@ -33,6 +35,8 @@ ACTIVATION = {
     "tanh": 1,
 }
 GLU_PRODUCT = 1  # fn(gate) · up
+GATE_PRODUCT = 1  # sigmoid(gate) · x of a gated shared expert, per element of x
+SCALE = 1  # x · factor (logit scale)
 
 RESIDUAL = 1  # x + branch
 BIAS = 1  # per output element of a linear (FlopCounterMode ignores it: counted as non-matmul)
@@ -62,8 +66,10 @@ CONVENTIONS = {
         "(linear, conv, QKᵀ and AV at 2·B·H·N_q·N_k·D_H each; bias adds excluded; causal masks not halved)"
     ),
     "non_matmul": (
-        "non-matmul FLOPs per element: layernorm 6 (+1 with β), rmsnorm 4, softmax 5 + 1 for the 1/√D_H "
-        "scale per score, relu 1, gelu 5, gelu_tanh 9, silu 4, tanh 1, GLU product 1, residual add 1, "
+        "non-matmul FLOPs per element: layernorm 6 (+1 with β), rmsnorm 4 (+1 per weight with a unit offset), "
+        "softmax 5 + 1 for the 1/√D_H scale per score (+3 when the scores are soft-capped), softcap 3 (÷c, "
+        "tanh, ×c), logit scale 1, gated shared expert 4 per gate (sigmoid) + 1 per element, relu 1, gelu 5, "
+        "gelu_tanh 9, silu 4, tanh 1, GLU product 1, residual add 1, "
         "bias 1, position add 1 (2-D: 2), rope 3 per rotated element, embedding scale 1; MoE combine 2 per "
         "(token, expert, channel), router softmax 5 per logit; RNN cells per unit and step: GRU 23, LSTM 30, "
         "Elman 4; transcendentals count 1; lookups, dropout (inference) and top-k selection count 0"

@@ -18,6 +18,7 @@ from .costs import Ctx, numel
 from .crossover import QUADRATIC, solve
 from .devices import Device, load_device
 from .evaluate import GENERATION, OpCost, Totals, category, decode_ops, evaluate
+from .kinds import KindCosts, per_kind
 from .memory import memory_items
 from .params import ParamCounts, count_params
 from .roofline import Phase, phase
@@ -64,6 +65,7 @@ class Report:
     prefill: Phase | None = None
     decode_phase: Phase | None = None
     notes: list[str] = field(default_factory=list)
+    per_kind: dict[str, KindCosts] | None = None  # layer kind → its layers' costs (specs with layer_kinds)
 
     @property
     def training_flops(self) -> int:
@@ -112,6 +114,7 @@ def analyze(
         decode=Totals.of(dcosts) if dcosts is not None else None,
         crossover=_crossover(g, s) if crossover else (None, None),
         notes=_notes(g, s),
+        per_kind=per_kind(g, costs, dec),
     )
     rep.recurrent = _recurrent(costs, rep.decode, env)
     if device is not None:
@@ -169,7 +172,8 @@ def _decode_costs(g: LayerGraph, s: Settings, dec: set[str] | None) -> list[OpCo
 
 
 def _per_layer(costs: list[OpCost]) -> dict[str, tuple[int, Totals]]:
-    """Each stack's layer count and the totals of its first layer (all layers of a stack are alike)."""
+    """Each stack's layer count and the totals of its first layer (all layers of a stack are alike, but for
+    layer kinds: see ``per_kind``)."""
     layers: dict[str, set[int]] = {}
     for c in costs:
         if c.op.layer is not None:

@@ -39,6 +39,8 @@ def report_dict(r: Any) -> dict[str, Any]:
         },
         "attention_crossover": {"seq": r.crossover[0], "seq_causal_useful": r.crossover[1]},
     }
+    if r.per_kind is not None:
+        forward["per_kind"] = {name: k.to_dict() for name, k in r.per_kind.items()}
     if r.decode is not None:
         flops["decode_step"] = {"kv_len": s.kv_len, **totals_dict(r.decode, split=False)}
     d: dict[str, Any] = {

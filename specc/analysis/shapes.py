@@ -53,12 +53,20 @@ def attention_shapes(g: LayerGraph, costs: list[OpCost], env: dict[str, int]) ->
     return rows
 
 
+def _projection(g: LayerGraph, value: str) -> Op:
+    """The linear feeding an attention input, past the QK-norms applied to its output."""
+    op = g.op(value)
+    while op.kind == "slice_rmsnorm":
+        op = g.op(op.inputs[0])
+    return op
+
+
 def _rows(g: LayerGraph, op: Op, by_name: dict[str, OpCost], env: dict[str, int]) -> list[MatmulShape]:
     a = op.attrs
     h, kv, hd = a["heads"], a["kv_heads"], a["head_dim"]
     cross = bool(a.get("cross"))
     stack = op.stack or "blocks"
-    proj = g.op(op.inputs[0])
+    proj = _projection(g, op.inputs[0])
     out = g.op(next(iter(g.graph.successors(op.name))))
     d = proj.attrs["in_features"]
     nq_sym = _len_symbol(op)
@@ -73,7 +81,7 @@ def _rows(g: LayerGraph, op: Op, by_name: dict[str, OpCost], env: dict[str, int]
         rows.append(MatmulShape(stack, step, _mm(*sym), _mm(*num), flops))
 
     if cross:
-        kvp = g.op(op.inputs[1])
+        kvp = _projection(g, op.inputs[1])
         nk_sym, nk = _len_symbol(kvp), dims(kvp.shape, env)[1]
         w = "2HD_H" if kv == h else "2H_kvD_H"
         q_sym = ([nq_sym, "D"], ["D", "HD_H"], [nq_sym, "HD_H"])

@@ -6,6 +6,7 @@ from . import constants as C
 from . import fmt
 from .crossover import QUADRATIC
 from .evaluate import Totals
+from .kinds import kinds_section
 from .report import Report
 from .sections import Section
 
@@ -21,7 +22,7 @@ MEMORY_NOTES = {
     "attention_scores_materialized": "one layer's score matrix B·H·N_q·N_k",
     "attention_scores_materialized_all_layers": "all layers (what training keeps)",
     "attention_scores_fused": "fused kernel: B·H·N_q fp32 log-sum-exp per layer",
-    "kv_cache": "2·layers·kv_heads·D_H·N·B·bytes (RNN: encoder states, keys, decoder state)",
+    "kv_cache": "2·layers·kv_heads·D_H·N·B·bytes, N ≤ window / chunk per layer (RNN: encoder states, keys, state)",
     "inference_total": "weights + KV cache",
     "training_total": "weights + gradients + optimizer + activations",
 }
@@ -205,6 +206,8 @@ def report_sections(r: Report) -> list[Section]:
     out = [params_section(r), flops_section(r)]
     if r.shapes:
         out.append(shapes_section(r))
+    if r.per_kind:
+        out.append(kinds_section(r.per_kind))
     if r.recurrent:
         out.append(recurrent_section(r))
     out.append(memory_section(r))

@@ -41,6 +41,23 @@ DeviceOpt = Annotated[str | None, typer.Option("--device", "-d", help="roofline 
 SweepOpt = Annotated[str | None, typer.Option("--sweep", help="e.g. seq=512,1024,...,131072 (also batch=, dec_seq=)")]
 PlotOpt = Annotated[str | None, typer.Option("--plot", help="write FLOPs and memory against N to this image")]
 OutputOpt = Annotated[str | None, typer.Option("--output", "-o", help="write the report to this file")]
+ParallelOpt = Annotated[
+    str | None, typer.Option("--parallel", help="per-device costs of a layout: tp=T,pp=P,dp=D[,ep=E][,cp=C]")
+]
+ZeroOpt = Annotated[int | None, typer.Option("--zero", help="ZeRO stage 0 | 1 | 2 | 3 (with --parallel --training)")]
+SeqParOpt = Annotated[bool, typer.Option("--sequence-parallel", help="shard norms and dropout along tp too")]
+MicroOpt = Annotated[int | None, typer.Option("--micro-batch", help="sequences per micro-batch (default 1)")]
+GlobalOpt = Annotated[int | None, typer.Option("--global-batch", help="sequences per step, all replicas")]
+LinkOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--interconnect",
+        help="nvlink | nvlink-a100 | pcie | infiniband | .yaml (default: nvlink, nvlink-a100 for a100)",
+    ),
+]
+PlanOpt = Annotated[bool, typer.Option("--plan", help="rank the layouts of --devices N that fit, by step time")]
+DevicesOpt = Annotated[int | None, typer.Option("--devices", help="devices for --plan (with --parallel: checked)")]
+TopOpt = Annotated[int | None, typer.Option("--top", help="plans to show (default 10)")]
 
 
 def _options(**kw: Any) -> dict[str, Any]:
@@ -50,6 +67,8 @@ def _options(**kw: Any) -> dict[str, Any]:
     limits.argument_length(kw["sweep"], "--sweep")
     device = kw["device"]
     inputs = [(device, f"the device profile {device}") if device and Path(device).is_file() else None]
+    link = kw.get("interconnect")
+    inputs.append((link, f"the interconnect profile {link}") if link and Path(link).is_file() else None)
     if kw["plot"]:
         from ..io import image_format
 
@@ -74,7 +93,7 @@ def _options(**kw: Any) -> dict[str, Any]:
 @app.command()
 def analyze(
     spec: SpecArg,
-    batch: BatchOpt = 1,
+    batch: Annotated[int | None, typer.Option("--batch", "-b", help="batch size B (default 1)")] = None,
     seq: SeqOpt = None,
     dec_seq: DecSeqOpt = None,
     dtype: DtypeOpt = None,
@@ -87,17 +106,41 @@ def analyze(
     plot: PlotOpt = None,
     output: OutputOpt = None,
     sets: SetOpt = None,
+    parallel: ParallelOpt = None,
+    zero: ZeroOpt = None,
+    sequence_parallel: SeqParOpt = False,
+    micro_batch: MicroOpt = None,
+    global_batch: GlobalOpt = None,
+    interconnect: LinkOpt = None,
+    plan: PlanOpt = False,
+    devices: DevicesOpt = None,
+    top: TopOpt = None,
 ) -> None:
-    """Parameters, FLOPs per category and layer, memory, and (with --device) a roofline, from the IR."""
+    """Parameters, FLOPs per category and layer, memory, and (with --device) a roofline, from the IR; with
+    --parallel the per-device costs of a layout, with --plan the layouts of N devices ranked by step time."""
     from ..analysis import output as o
     from ..analysis.report import analyze as run
     from ..analysis.serialize import flatten
     from ..analysis.sweep import DEFAULT, parse_sweep, run_sweep, sweep_csv_rows, sweep_section
     from ..analysis.views import report_sections, title
+    from .parallel_cmds import refuse_stray, run_parallel
 
     s = load(spec, sets)  # first: its file is an input no output may replace
+    refuse_stray(parallel, plan, **{"--zero": zero, "--sequence-parallel": sequence_parallel,
+                 "--micro-batch": micro_batch, "--global-batch": global_batch, "--interconnect": interconnect,
+                 "--devices": devices, "--top": top})  # fmt: skip
+    if parallel or plan:
+        for flag, value in (("--batch", batch), ("--kv-len", kv_len), ("--sweep", sweep), ("--plot", plot)):
+            if value is not None:
+                hint = "the batch is --global-batch, split by dp and --micro-batch" if flag == "--batch" else None
+                raise SpecError(f"{flag} does not apply to {'--plan' if plan else '--parallel'}", hint=hint)
+    batch = 1 if batch is None else batch
     opts = _options(**locals())
     g = _lower(s)
+    if parallel or plan:
+        head, sections, doc, rows = run_parallel(spec, sets, g, opts, locals())
+        o.emit(format.value, head, sections, doc, rows, output, out)
+        return
     if sweep or plot:
         var, values = parse_sweep(sweep or DEFAULT)
         sw = run_sweep(g, var, values, **opts)

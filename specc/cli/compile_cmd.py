@@ -37,6 +37,11 @@ class AttentionOp(str, Enum):
     contrib = "contrib"
 
 
+class MoEForm(str, Enum):
+    sparse = "sparse"
+    dense = "dense"
+
+
 class Quantize(str, Enum):
     int8 = "int8"
     int4 = "int4"
@@ -57,6 +62,10 @@ def compile_(
         AttentionOp, typer.Option("--attention", help="ONNX attention op: standard (opset 23/24) | contrib")
     ] = AttentionOp.standard,
     kv_cache: Annotated[bool, typer.Option("--kv-cache", help="ONNX: past_key_values inputs, present outputs")] = False,
+    moe: Annotated[
+        MoEForm,
+        typer.Option("--moe", help="ONNX MoE: sparse (experts run on their routed tokens) | dense (static shapes)"),
+    ] = MoEForm.sparse,
     quantize: Annotated[
         Quantize | None,
         typer.Option("--quantize", help="ONNX: weight-only int8 | int4 linears (onnxruntime MatMulNBits)"),
@@ -102,6 +111,6 @@ def compile_(
         from ..backends.onnx.export import export_onnx
 
         export_onnx(s, path, weights=weights, dtype=dt, opset=opset, attention=attention.value, kv_cache=kv_cache,
-                    quantize=quantize.value if quantize else None, block_size=block_size,
+                    moe=moe.value, quantize=quantize.value if quantize else None, block_size=block_size,
                     quantize_head=quantize_head)  # fmt: skip
     out.print(f"wrote {path}")

@@ -68,7 +68,14 @@ def generate(
             f"{spec} is an ONNX model; generate runs specs and torch checkpoints",
             hint=f'specc run {spec} --input-ids "{prompt_ids}" --generate {max_new_tokens}',
         )
-    if spec.endswith(".safetensors") and Path(spec).is_file():
+    if Path(spec).is_dir() and (Path(spec) / ".metadata").is_file():  # specc train --parallel -o DIR
+        from ..parallel.checkpoint import load as load_distributed
+
+        if sets:
+            raise SpecError("--set does not apply to a checkpoint: its spec is stored in the folder")
+        ck = load_distributed(spec)
+        model = build_torch(ck.spec, weights=weights or ck.weights)
+    elif spec.endswith(".safetensors") and Path(spec).is_file():
         if sets:
             raise SpecError("--set does not apply to a checkpoint: its spec is stored in the file")
         if weights is not None:  # the checkpoint's spec with these weights instead of its own

@@ -60,7 +60,10 @@ def train(
     spec: Annotated[str | None, typer.Argument(help="spec file or preset (omit with --resume)")] = None,
     task: Annotated[str | None, typer.Option("--task", "-t", help="reverse | copy | sort | add | lm")] = None,
     steps: Annotated[int | None, typer.Option("--steps", "-n", help="train until this many optimizer steps")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="checkpoint to write (.safetensors)")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="checkpoint to write (.safetensors; --parallel: also a folder)"),
+    ] = None,
     batch: Annotated[int | None, typer.Option(help="sequences per step [64]")] = None,
     lr: Annotated[float | None, typer.Option(help="peak learning rate (AdamW) [1e-3]")] = None,
     min_len: Annotated[int | None, typer.Option(help="shortest source (add: digits per operand)")] = None,
@@ -75,11 +78,19 @@ def train(
     resume: Annotated[Path | None, typer.Option(help="continue from this checkpoint (its spec, task, step)")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda [cuda if available]")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads for torch [all cores; at most 4 × cores]")] = None,
+    parallel: Annotated[
+        str | None,
+        typer.Option(
+            help="dp=D,tp=T under torchrun (D·T processes): FSDP2 over dp, tensor parallel over tp; -o DIR "
+            "writes a distributed checkpoint folder, -o X.safetensors one gathered file"
+        ),
+    ] = None,
     sets: SetOpt = None,
 ) -> None:
     """Train a seq2seq model on a synthetic task, or a decoder LM on characters; write a checkpoint."""
     import torch
 
+    from ..parallel import launch
     from ..train import default_device, new_run, resume_run, save_run
     from ..train import train as run_training
     from ..train.checkpoint import optimizer_path
@@ -88,19 +99,28 @@ def train(
     if output is None:
         raise SpecError("missing --output / -o", hint="e.g. -o reverse.safetensors")
     _check_numbers(locals())
-    _check_outputs(output, spec, text, resume)  # before any training: refused outputs cost nothing
+    layout = launch.parse_layout(parallel) if parallel is not None else None
+    if layout is not None and not output.name.endswith(".safetensors"):
+        _check_folder(output, spec, text)
+    else:
+        _check_outputs(output, spec, text, resume)  # before any training: refused outputs cost nothing
     flags = {
         "task": task, "steps": steps, "batch": batch, "lr": lr, "min_len": min_len, "max_len": max_len,
         "seed": seed, "text": str(text) if text else None, "schedule": schedule.value if schedule else None,
         "warmup": warmup, "eval_every": eval_every, "eval_size": eval_size,
     }  # fmt: skip
     dev = default_device(device)
+    mesh = None
+    if layout is not None:
+        dev = launch.local_device(dev)
+        mesh = launch.init_mesh(layout, dev)
+        out.quiet = launch.rank() != 0  # one log: rank 0's
     if threads:
         torch.set_num_threads(threads)  # small models on shared CPUs often run faster on fewer threads
     if resume is not None:
         if sets:
             raise SpecError("--set cannot change the model of a resumed checkpoint", hint="leave out --set")
-        run = resume_run(resume, flags, dev, spec=load(spec) if spec else None)
+        run = resume_run(resume, flags, dev, spec=load(spec) if spec else None, mesh=mesh)
         side = optimizer_path(resume)
         if side.is_file():
             out.print(f"resuming {resume} at step {run.step} (optimizer state from {side})")
@@ -113,18 +133,26 @@ def train(
             raise SpecError("missing --task", hint="reverse | copy | sort | add | lm")
         if steps is None:
             raise SpecError("missing --steps", hint="e.g. --steps 2000")
-        run = new_run(load(spec, sets), TrainConfig(**{k: v for k, v in flags.items() if v is not None}), dev)
+        cfg = TrainConfig(**{k: v for k, v in flags.items() if v is not None})
+        run = new_run(load(spec, sets), cfg, dev, mesh=mesh)
     _check_config(run.cfg)  # a resumed checkpoint's own settings obey the same bounds
-    n_params = sum(p.numel() for p in run.model.parameters())
+    n_params = run.graph.num_params()  # the whole model (a parallel rank holds a share)
     lo, hi = run.lengths
     lengths = f"window {hi}" if run.task is None else f"lengths {lo}–{hi} ({run.task.length_meaning})"
+    where = str(dev)
+    if layout is not None:
+        where = f"{dev.type} × {layout['dp'] * layout['tp']} processes (dp={layout['dp']}, tp={layout['tp']})"
     out.print(
         f"{run.graph.meta['name']} ({run.graph.meta['family']}, {n_params:,} parameters) on {run.cfg.task}: "
-        f"{lengths}, vocabulary {len(run.vocab)}, batch {run.cfg.batch}, steps {run.step}→{run.cfg.steps}, {dev}"
+        f"{lengths}, vocabulary {len(run.vocab)}, batch {run.cfg.batch}, steps {run.step}→{run.cfg.steps}, {where}"
     )
     torch.set_grad_enabled(True)
-    final = run_training(run, RichReporter(), save=lambda r: save_run(r, output), save_every=save_every)
-    _summary(run, final)
+    reporter = RichReporter() if launch.rank() == 0 else None  # None: quiet
+    try:
+        final = run_training(run, reporter, save=lambda r: save_run(r, output), save_every=save_every)
+        _summary(run, final)
+    finally:
+        launch.shutdown()
     out.print(f"wrote {output} (step {run.step})")
 
 
@@ -170,6 +198,23 @@ def _check_outputs(output: Path, spec: str | None, text: Path | None, resume: Pa
         replaces = (resume, optimizer_path(resume)) if _same(output, resume) else ()
     check_output(output, *inputs, replaces=replaces)
     check_output(optimizer_path(output), *inputs, replaces=replaces)
+    if text is not None and text.is_file() and text.stat().st_size == 0:
+        raise SpecError("the text is empty: there is nothing to train on", file=str(text))
+
+
+def _check_folder(output: Path, spec: str | None, text: Path | None) -> None:
+    """A distributed checkpoint folder: a new name, or a folder that holds one already (replaced)."""
+    from ..parallel.checkpoint import is_checkpoint
+
+    if spec is not None:
+        note_spec(spec)
+    if output.exists() and not (output.is_dir() and (is_checkpoint(output) or not any(output.iterdir()))):
+        raise SpecError(
+            f"{output} exists and is not a specc distributed checkpoint folder",
+            hint="-o a new folder name, or -o X.safetensors for one gathered file",
+        )
+    if not output.exists() and not output.parent.is_dir():
+        raise SpecError(f"the folder {output.parent} does not exist", file=str(output))
     if text is not None and text.is_file() and text.stat().st_size == 0:
         raise SpecError("the text is empty: there is nothing to train on", file=str(text))
 

@@ -1,51 +1,23 @@
-"""Llama, Mistral and Mixtral (``*ForCausalLM``): config → decoder spec; split or fused q/k/v, per-expert
-``w1/w2/w3`` (or fused ``gate_up_proj``) → specc's packed qkv and ``[E, out, in]`` expert tensors.
-"""
+"""Llama, Mistral and Mixtral (``*ForCausalLM``): config → decoder spec (weights: hf_llama_weights)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from ..ir.graph import LayerGraph
-from .family import BLOCK, Family, attention_sizes, prefix, rules_for
+from .family import Family
 from .hf_config import HFConfig
-from .plan import Plan, Rule, ShapeT, concat, copy, part, stacked
-
-_NORMS = {"norm1": "input_layernorm", "norm2": "post_attention_layernorm"}
-_DENSE = {"mlp.gate": "gate_proj", "mlp.up": "up_proj", "mlp.down": "down_proj"}
-
+from .hf_llama_weights import detect, plan
+from .rope import rope_position
 
 # ------------------------------------------------------------------------------------------------ config
 
 
 def _rotary(cfg: HFConfig) -> dict[str, Any]:
-    """RoPE from ``rope_parameters`` (transformers 5) or ``rope_theta`` + ``rope_scaling`` (4.x)."""
-    params = cfg.mapping("rope_parameters")
-    key = "rope_parameters"
-    if params is None:
-        params = dict(cfg.mapping("rope_scaling") or {})
-        key = "rope_scaling"
-        params.setdefault("rope_theta", cfg.number("rope_theta", 10000.0))
-    kind = params.get("rope_type", params.get("type", "default"))
-    if not isinstance(kind, str):
-        raise cfg.refuse(f"{key}.rope_type", f"expected a name, got {kind!r}")
-    if kind != "default":
-        raise cfg.refuse(
-            f"{key}.rope_type",
-            f"RoPE scaling {kind!r} is not supported (specc's rotary has only base theta and a rotated fraction)",
-            "only rope_type 'default' imports exactly",
-        )
-    extra = set(params) - {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
-    if extra:
-        raise cfg.refuse(f"{key}.{sorted(extra)[0]}", "this RoPE parameter has no counterpart in specc")
-    fraction = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
-    if fraction != 1.0:  # Llama-family attention rotates whole heads; a partial factor is not checked against HF
-        raise cfg.refuse("partial_rotary_factor", f"{fraction!r} is not supported for this family; only 1.0 is")
-    theta = params.get("rope_theta", 10000.0)
-    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not 0 < theta < float("inf"):
-        raise cfg.refuse(f"{key}.rope_theta", f"expected a positive number, got {theta!r}", "e.g. 10000.0")
-    return {"type": "rotary", "theta": float(theta)}
+    """RoPE (any scaling type, both config dialects) from ``rope_position``; Llama rotates whole heads."""
+    position = rope_position(cfg)
+    if position.get("fraction", 1.0) != 1.0:  # Llama-family attention rotates whole heads; not checked against HF
+        raise cfg.refuse("partial_rotary_factor", f"{position['fraction']!r} is not supported for this family")
+    return position
 
 
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
@@ -94,70 +66,6 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "dropout": {"attention": cfg.dropout("attention_dropout")},
         "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
     }
-
-
-# ------------------------------------------------------------------------------------------------ weights
-
-
-def detect(names: set[str]) -> bool:
-    return any(re.fullmatch(r"(model\.)?layers\.\d+\.self_attn\.(q_proj|qkv_proj)\.weight", n) for n in names)
-
-
-def plan(g: LayerGraph, names: set[str]) -> Plan:
-    p = prefix(names, "model.")
-
-    def make(target: str, shape: ShapeT) -> Rule | list[Rule] | None:
-        local, kind = target.rsplit(".", 1)
-        if target == "lm_head.weight":
-            return copy("lm_head.weight", shape)
-        if local in ("embed", "norm_f"):
-            return copy(f"{p}{'embed_tokens' if local == 'embed' else 'norm'}.{kind}", shape)
-        m = BLOCK.fullmatch(local)
-        if not m:
-            return None
-        hf, part_name = f"{p}layers.{m.group(2)}", m.group(3)
-        if part_name in _NORMS:
-            return copy(f"{hf}.{_NORMS[part_name]}.{kind}", shape)
-        if part_name == "attn.qkv":
-            sizes = attention_sizes(g, target)
-            split = [f"{hf}.self_attn.{x}_proj.{kind}" for x in "qkv"]
-            return [concat(split, shape, sizes), copy(f"{hf}.self_attn.qkv_proj.{kind}", shape)]
-        if part_name == "attn.out":
-            return copy(f"{hf}.self_attn.o_proj.{kind}", shape)
-        if part_name in _DENSE:
-            rules = [copy(f"{hf}.mlp.{_DENSE[part_name]}.{kind}", shape)]
-            if part_name != "mlp.down":  # Phi-3 style fused [gate | up]
-                fused = (2 * shape[0], *shape[1:])
-                rules.append(part(f"{hf}.mlp.gate_up_proj.{kind}", shape, fused, 0, shape[0] * (part_name == "mlp.up")))
-            return rules
-        if part_name == "mlp.router":
-            return [copy(f"{hf}.block_sparse_moe.gate.weight", shape), copy(f"{hf}.mlp.gate.weight", shape)]
-        if part_name == "mlp.experts":
-            return _experts(hf, kind, shape)
-        return None
-
-    tied = g.op("lm_head").attrs.get("tied_to")
-    return Plan(
-        "Llama" if not any("experts" in t for t in g.params()) else "Mixtral",
-        rules_for(g, "Llama/Mixtral", make),
-        tied=[(f"{p}embed_tokens.weight", "lm_head.weight")] if tied else [],
-        ignore=lambda n: n.endswith("rotary_emb.inv_freq"),
-    )
-
-
-def _experts(hf: str, kind: str, shape: ShapeT) -> list[Rule] | None:
-    """``w_gate``/``w_up``/``w_down`` [E, out, in] from per-expert w1/w3/w2 or transformers-5 fused tensors."""
-    e = shape[0]
-    legacy = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"}.get(kind)
-    if legacy is None:
-        return None
-    rules = [stacked([f"{hf}.block_sparse_moe.experts.{j}.{legacy}.weight" for j in range(e)], shape)]
-    if kind == "w_down":
-        rules.append(copy(f"{hf}.mlp.experts.down_proj", shape))
-    else:
-        fused = (e, 2 * shape[1], shape[2])
-        rules.append(part(f"{hf}.mlp.experts.gate_up_proj", shape, fused, 1, shape[1] * (kind == "w_up")))
-    return rules
 
 
 FAMILY = Family(

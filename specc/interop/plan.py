@@ -29,15 +29,17 @@ class Rule:
     expect: tuple[ShapeT, ...]
     build: Callable[..., Any]
     how: str  # for messages: "copy", "transposed (Conv1D)", ...
+    # ``build`` as data (name, arguments) for the standalone model.py's loader; () where it has none
+    op: tuple[Any, ...] = ()
 
 
 def copy(src: str, shape: ShapeT) -> Rule:
-    return Rule((src,), (shape,), lambda x: x, "copy")
+    return Rule((src,), (shape,), lambda x: x, "copy", ("copy",))
 
 
 def transposed(src: str, shape: ShapeT) -> Rule:
     """GPT-2 ``Conv1D`` stores ``[in, out]``; specc's linear weight is ``[out, in]``."""
-    return Rule((src,), (shape[::-1],), ops.transpose, "transposed (Conv1D [in, out])")
+    return Rule((src,), (shape[::-1],), ops.transpose, "transposed (Conv1D [in, out])", ("t",))
 
 
 def concat(srcs: list[str], shape: ShapeT, sizes: list[int]) -> Rule:
@@ -45,29 +47,31 @@ def concat(srcs: list[str], shape: ShapeT, sizes: list[int]) -> Rule:
     if sum(sizes) != shape[0]:
         raise ValueError(f"split sizes {sizes} do not add up to {shape[0]}")
     expect = tuple((n, *shape[1:]) for n in sizes)
-    return Rule(tuple(srcs), expect, lambda *xs: ops.cat(list(xs), 0), "concatenated")
+    return Rule(tuple(srcs), expect, lambda *xs: ops.cat(list(xs), 0), "concatenated", ("cat", 0))
 
 
 def stacked(srcs: list[str], shape: ShapeT) -> Rule:
     """Per-expert matrices stacked into ``[E, out, in]``."""
-    return Rule(tuple(srcs), (shape[1:],) * len(srcs), lambda *xs: ops.stack(list(xs)), "stacked")
+    return Rule(tuple(srcs), (shape[1:],) * len(srcs), lambda *xs: ops.stack(list(xs)), "stacked", ("stack",))
 
 
 def squeezed(src: str, shape: ShapeT, lead: int = 1) -> Rule:
     """A tensor stored with leading unit axes (ViT positions ``[1, T, D]``, BART ``final_logits_bias [1, V]``)."""
-    return Rule((src,), ((1,) * lead + shape,), lambda x: ops.reshape(x, shape), "leading unit axes dropped")
+    how = "leading unit axes dropped"
+    return Rule((src,), ((1,) * lead + shape,), lambda x: ops.reshape(x, shape), how, ("reshape", shape))
 
 
 def rows_from(src: str, shape: ShapeT, offset: int) -> Rule:
     """A table whose first ``offset`` rows are never used (BART's learned positions start at 2)."""
     expect = (shape[0] + offset, *shape[1:])
-    return Rule((src,), (expect,), lambda x: x[offset:], f"first {offset} rows dropped")
+    return Rule((src,), (expect,), lambda x: x[offset:], f"first {offset} rows dropped", ("rows", offset))
 
 
 def part(src: str, shape: ShapeT, full: ShapeT, axis: int, start: int) -> Rule:
     """A slice of a fused tensor (gate of a fused ``gate_up_proj``)."""
     stop = start + shape[axis]
-    return Rule((src,), (full,), lambda x: ops.narrow(x, axis, start, stop), f"slice {start}:{stop} of axis {axis}")
+    how = f"slice {start}:{stop} of axis {axis}"
+    return Rule((src,), (full,), lambda x: ops.narrow(x, axis, start, stop), how, ("narrow", axis, start, stop))
 
 
 @dataclass
@@ -177,3 +181,10 @@ def listed(what: str, items: list[str], hint: str) -> list[Diagnostic]:
     if len(items) > MAX_LISTED:
         shown.append(Diagnostic(f"... and {len(items) - MAX_LISTED} more"))
     return [*shown[:-1], Diagnostic(shown[-1].message, hint=hint)]
+
+
+def reordered(src: str, shape: ShapeT, index: list[int], how: str) -> Rule:
+    """Rows of a fused tensor in another order (``out[i] = src[index[i]]``): per-head or per-group q/k/v."""
+    if sorted(index) != list(range(shape[0])):
+        raise ValueError(f"row order of {src} is not a permutation of {shape[0]} rows")
+    return Rule((src,), (shape,), lambda x: ops.take(x, 0, index), f"rows reordered ({how})")

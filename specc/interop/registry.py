@@ -4,10 +4,39 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from . import hf_bart, hf_bert, hf_gpt2, hf_llama, hf_vit
+from . import (
+    hf_bart,
+    hf_bert,
+    hf_falcon,
+    hf_gemma,
+    hf_gpt2,
+    hf_gptj,
+    hf_llama,
+    hf_neox,
+    hf_olmo2,
+    hf_phi,
+    hf_phi3,
+    hf_qwen,
+    hf_vit,
+)
 from .family import Family
 
-FAMILIES: tuple[Family, ...] = (hf_gpt2.FAMILY, hf_llama.FAMILY, hf_bert.FAMILY, hf_vit.FAMILY, hf_bart.FAMILY)
+# Checkpoint detection takes the first family whose naming matches: the Llama-named families share one plan.
+FAMILIES: tuple[Family, ...] = (
+    hf_gpt2.FAMILY,
+    hf_phi.FAMILY,  # before Llama: Phi-2 shares its q/k/v names
+    hf_llama.FAMILY,
+    hf_qwen.FAMILY,
+    hf_phi3.FAMILY,
+    hf_gemma.FAMILY,
+    hf_olmo2.FAMILY,
+    hf_neox.FAMILY,
+    hf_gptj.FAMILY,
+    hf_falcon.FAMILY,
+    hf_bert.FAMILY,
+    hf_vit.FAMILY,
+    hf_bart.FAMILY,
+)
 
 # The class to assume when a config.json names no ``architectures``.
 DEFAULT_ARCHITECTURE = {
@@ -15,6 +44,19 @@ DEFAULT_ARCHITECTURE = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "mixtral": "MixtralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "phi": "PhiForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "gptj": "GPTJForCausalLM",
+    "falcon": "FalconForCausalLM",
     "bert": "BertModel",
     "vit": "ViTForImageClassification",
     "bart": "BartForConditionalGeneration",

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..spec import resolve
+from ..spec import kinds, resolve
 from ..spec.schema import (
     DecoderSpec,
     EncoderDecoderSpec,
@@ -23,6 +23,9 @@ from .graph import LayerGraph
 
 def lower(spec: SpecModel) -> LayerGraph:
     """Spec → LayerGraph. Pure, fast (no tensors): GPT-3 175B lowers in milliseconds."""
+    # The families build on the shared helpers below, so they import this module; import them here.
+    from .lower_families import _decoder, _encoder, _encoder_decoder, _rnn_seq2seq, _vit
+
     if isinstance(spec, DecoderSpec):
         return _decoder(spec)
     if isinstance(spec, EncoderSpec):
@@ -100,6 +103,8 @@ def _norm(c: _Ctx, name: str, x: str, layer: int | None) -> str:
     attrs: dict[str, Any] = {"dim": c.d, "eps": n.eps}
     if n.type == "layernorm":
         attrs["bias"] = c.spec.bias.norm
+    else:
+        attrs["unit_offset"] = n.unit_offset
     return c.g.add(n.type, name, [x], "norm", layer=layer, stack=c.stack, **attrs)
 
 
@@ -129,11 +134,12 @@ def _attention(c: _Ctx, p: str, x: str, layer: int, mask: str, memory: str | Non
     residual = "residual" if s.init.scaled_residual else "normal"
     if memory is None:
         packed = _linear(c, f"{p}.qkv", x, c.d, (h + 2 * kv) * hd, "qkv_proj", layer, s.bias.qkv)
-        core_in = [packed]
+        packed = _qk_norm(c, f"{p}.q_norm", packed, 0, h * hd, layer)
+        core_in = [_qk_norm(c, f"{p}.k_norm", packed, h * hd, kv * hd, layer)]
     else:
         q = _linear(c, f"{p}.q", x, c.d, h * hd, "cross_qkv_proj", layer, s.bias.qkv)
         kvp = _linear(c, f"{p}.kv", memory, c.d, 2 * kv * hd, "cross_qkv_proj", layer, s.bias.qkv)
-        core_in = [q, kvp]
+        core_in = [_qk_norm(c, f"{p}.q_norm", q, 0, h * hd, layer), _qk_norm(c, f"{p}.k_norm", kvp, 0, kv * hd, layer)]
     if c.pad is not None:
         core_in.append(c.pad)
     core = g.add(
@@ -150,13 +156,57 @@ def _attention(c: _Ctx, p: str, x: str, layer: int, mask: str, memory: str | Non
         window=s.attention.window,
         prefix=s.attention.prefix,
         scale=s.attention.scale if s.attention.scale is not None else 1.0 / math.sqrt(hd),
+        softcap=s.attention.softcap,
+        chunk=s.attention.chunk,
         rope_dims=int(resolve.rotary_dims(s)) if rope else 0,  # a rule made it an even whole number
         rope_theta=s.position.theta,
+        rope_scaling=_rope_scaling(s) if rope else None,  # rebuild_cache: a generation fact, in the meta
+        rope_interleaved=rope and s.position.rotation == "interleaved",
         dropout=s.dropout.attention,
         cross=memory is not None,
         padding=c.pad is not None,
     )
+    sc = s.position.scaling if rope else None
+    if sc is not None and sc.rebuild_cache:  # generation recomputes the cache once past the original context
+        g.meta["rebuild_cache_after"] = min(sc.original_max_positions, g.meta.get("rebuild_cache_after", 1 << 62))
     return _linear(c, f"{p}.out", core, h * hd, c.d, f"{cross}out_proj", layer, s.bias.out, init=residual)
+
+
+def _qk_norm(c: _Ctx, name: str, x: str, start: int, width: int, layer: int) -> str:
+    """QK-norm of the q (or k) features [start, start + width) of a packed projection; x itself without one."""
+    s = c.spec
+    if s.attention.qk_norm == "none":
+        return x
+    group = resolve.head_dim(s) if s.attention.qk_norm == "head" else width
+    return c.g.add(
+        "slice_rmsnorm",
+        name,
+        [x],
+        "norm",
+        layer=layer,
+        stack=c.stack,
+        dim=group,
+        start=start,
+        width=width,
+        eps=s.norm.eps,
+        unit_offset=s.norm.unit_offset,
+    )
+
+
+def _rope_scaling(s: Any) -> dict[str, Any] | None:
+    """The spec's RoPE scaling with every default resolved (transformers' defaults), for the rope math."""
+    sc = s.position.scaling
+    if sc is None:
+        return None
+    given = {k: v for k, v in sc.model_dump().items() if v is not None and k != "rebuild_cache"}
+    defaults: dict[str, Any] = {}
+    if sc.type == "dynamic":
+        defaults["original_max_positions"] = s.context  # HF: max_position_embeddings
+    if sc.type == "yarn":
+        defaults.update(beta_fast=32.0, beta_slow=1.0, truncate=True)
+    if sc.type == "longrope" and sc.original_max_positions:
+        defaults["factor"] = s.context / sc.original_max_positions  # HF: max_position_embeddings / original
+    return {"type": sc.type, **defaults, **given}
 
 
 def _mlp(c: _Ctx, p: str, x: str, layer: int) -> str:
@@ -165,7 +215,7 @@ def _mlp(c: _Ctx, p: str, x: str, layer: int) -> str:
     residual = "residual" if s.init.scaled_residual else "normal"
     if isinstance(m, MoEMLP):
         logits = _linear(c, f"{p}.router", x, d, m.experts, "router", layer, False)
-        return g.add(
+        routed = g.add(
             "moe",
             f"{p}.experts",
             [x, logits],
@@ -184,6 +234,7 @@ def _mlp(c: _Ctx, p: str, x: str, layer: int) -> str:
             jitter=float(m.router.jitter),
             bias=s.bias.mlp,
         )
+        return routed if m.shared is None else _shared_expert(c, p, x, routed, layer)
     if isinstance(m, SwiGLUMLP):
         gate = _linear(c, f"{p}.gate", x, d, hidden, "mlp", layer, s.bias.mlp)
         up = _linear(c, f"{p}.up", x, d, hidden, "mlp", layer, s.bias.mlp)
@@ -194,6 +245,30 @@ def _mlp(c: _Ctx, p: str, x: str, layer: int) -> str:
     return _linear(c, f"{p}.fc2", h, hidden, d, "mlp", layer, s.bias.mlp, init=residual)
 
 
+def _shared_expert(c: _Ctx, p: str, x: str, routed: str, layer: int) -> str:
+    """routed + shared(x), the shared expert gated by sigmoid(Linear(D, 1)(x)) when asked (Qwen2-MoE); its
+    own nodes, so the ``moe`` op stays the routed experts alone."""
+    s, g, d = c.spec, c.g, c.d
+    m = s.mlp
+    assert isinstance(m, MoEMLP) and m.shared is not None
+    hidden, act, bias = m.shared.hidden, resolve.mlp_activation(s), s.bias.mlp
+    init = "residual" if s.init.scaled_residual else "normal"
+    q = f"{p}.shared"
+    if m.expert == "swiglu":
+        gate = _linear(c, f"{q}.gate", x, d, hidden, "mlp", layer, bias)
+        up = _linear(c, f"{q}.up", x, d, hidden, "mlp", layer, bias)
+        h = g.add("glu", f"{q}.act", [gate, up], "activation", layer=layer, stack=c.stack, fn=act)
+        out = _linear(c, f"{q}.down", h, hidden, d, "mlp", layer, bias, init=init)
+    else:
+        h = _linear(c, f"{q}.fc1", x, d, hidden, "mlp", layer, bias)
+        h = g.add("activation", f"{q}.act", [h], "activation", layer=layer, stack=c.stack, fn=act)
+        out = _linear(c, f"{q}.fc2", h, hidden, d, "mlp", layer, bias, init=init)
+    if m.shared.gate == "sigmoid":
+        logit = _linear(c, f"{p}.shared_gate", x, d, 1, "mlp", layer, False)
+        out = g.add("sigmoid_gate", f"{p}.shared_scale", [out, logit], "activation", layer=layer, stack=c.stack)
+    return g.add("add", f"{p}.add_shared", [routed, out], "mlp", layer=layer, stack=c.stack, dropout=0.0)
+
+
 def _residual(c: _Ctx, name: str, x: str, branch: str, layer: int) -> str:
     return c.g.add("add", name, [x, branch], "residual", layer=layer, stack=c.stack, dropout=c.spec.dropout.residual)
 
@@ -201,14 +276,28 @@ def _residual(c: _Ctx, name: str, x: str, branch: str, layer: int) -> str:
 def _block(
     c: _Ctx, p: str, x: str, layer: int, mask: str, memory: str | None = None, mem_pad: str | None = None
 ) -> str:
-    """One Transformer block, pre- or post-norm, with cross-attention when ``memory`` is given."""
-    pre = c.spec.norm.placement == "pre"
+    """One Transformer block with cross-attention when ``memory`` is given. Each sublayer f, by placement: pre
+    x + f(normK(x)); post normK(x + f(x)); sandwich x + normK_post(f(normK(x))); output x + normK_post(f(x)).
+    Parallel sublayers (pre only): x + attn(norm1(x)) + mlp(norm1(x) or norm2(x))."""
+    placement, parallel = c.spec.norm.placement, c.spec.parallel
 
-    def sub(name: str, norm: str, x: str, make: Any) -> str:
-        if pre:
-            return _residual(c, f"{p}.add_{name}", x, make(_norm(c, f"{p}.{norm}", x, layer)), layer)
-        return _norm(c, f"{p}.{norm}", _residual(c, f"{p}.add_{name}", x, make(x), layer), layer)
+    def norm(name: str, v: str) -> str:
+        return _norm(c, f"{p}.{name}", v, layer)
 
+    def sub(name: str, nk: str, x: str, make: Any) -> str:
+        add = f"{p}.add_{name}"
+        if placement == "pre":
+            return _residual(c, add, x, make(norm(nk, x)), layer)
+        if placement == "post":
+            return norm(nk, _residual(c, add, x, make(x), layer))
+        branch = make(norm(nk, x)) if placement == "sandwich" else make(x)
+        return _residual(c, add, x, norm(f"{nk}_post", branch), layer)
+
+    if parallel != "none":  # a rule keeps these to pre-norm self-attention blocks
+        h = norm("norm1", x)
+        attn = _attention(c, f"{p}.attn", h, layer, mask)
+        mlp = _mlp(c, f"{p}.mlp", h if parallel == "shared_norm" else norm("norm2", x), layer)
+        return _residual(c, f"{p}.add_mlp", _residual(c, f"{p}.add_attn", x, attn, layer), mlp, layer)
     x = sub("attn", "norm1", x, lambda h: _attention(c, f"{p}.attn", h, layer, mask))
     if memory is not None:
         cross = _Ctx(c.g, c.spec, c.stack, mem_pad)
@@ -219,16 +308,28 @@ def _block(
 def _stack(
     c: _Ctx, prefix: str, x: str, blocks: int, mask: str, memory: str | None = None, mem_pad: str | None = None
 ) -> str:
+    kinds_of = kinds.pattern(c.spec)
+    per_kind = {k: _Ctx(c.g, kinds.effective(c.spec, k), c.stack, c.pad) for k in set(kinds_of or ())}
     for i in range(blocks):
-        x = _block(c, f"{prefix}blocks.{i}", x, i, mask, memory, mem_pad)
+        ck = per_kind[kinds_of[i]] if kinds_of else c
+        x = _block(ck, f"{prefix}blocks.{i}", x, i, resolve.mask(ck.spec) if kinds_of else mask, memory, mem_pad)
+    if kinds_of:
+        c.g.meta["layer_kinds"] = kinds_of  # the kind of each block, for per-kind costs
     if resolve.final_norm(c.spec):
         x = _norm(c, f"{prefix}norm_f", x, None)
     return x
 
 
 def _head(c: _Ctx, x: str, vocab: int, tied_to: str | None, name: str = "lm_head", category: str = "lm_head") -> str:
+    """The head's linear, then the logit transforms: softcap(scale · head(x))."""
     extra = {"tied_to": tied_to} if tied_to else {}
-    return _linear(c, name, x, c.d, vocab, category, None, c.spec.bias.head, **extra)
+    y = _linear(c, name, x, c.d, vocab, category, None, c.spec.bias.head, **extra)
+    out = c.spec.output
+    if out.scale != 1.0:
+        y = c.g.add("scale", "logit_scale", [y], category, stack=c.stack, factor=out.scale)
+    if out.softcap is not None:
+        y = c.g.add("softcap", "logit_softcap", [y], category, stack=c.stack, cap=out.softcap)
+    return y
 
 
 def _pooler(c: _Ctx, x: str, mode: str) -> str:
@@ -236,190 +337,3 @@ def _pooler(c: _Ctx, x: str, mode: str) -> str:
     h = c.g.add("pool", "pooler.select", [x], "head", mode=mode)
     h = _linear(c, "pooler.dense", h, c.d, c.d, "head", None, True)
     return c.g.add("activation", "pooler.act", [h], "activation", fn="tanh")
-
-
-# ---------------------------------------------------------------------------------------------- families
-
-
-def _decoder(s: DecoderSpec) -> LayerGraph:
-    # A decoder's positions follow its padding mask (a left-padded row computes what it would alone, as HF's
-    # generate counts them); every backend reads this fact instead of deciding it again.
-    meta = _meta(s, "decoder", "causal_lm", s.blocks, **_text_facts(s), positions_follow="attention_mask")
-    g = LayerGraph(meta=meta)
-    ids = g.add_input("input_ids", ("B", "N"), "int64")
-    pad = g.add_input("attention_mask", ("B", "N"), "int64", optional=True)
-    c = _Ctx(g, s, None, pad)
-    x = g.add("embedding", "embed", [ids], "embed", vocab=s.vocab_size, dim=s.d_model, scale=resolve.embedding_scale(s))
-    x = _embed_tail(c, x, "", s.context)
-    x = _stack(c, "", x, s.blocks, resolve.mask(s))
-    g.set_output("logits", _head(c, x, s.vocab_size, "embed.weight" if s.tie_embeddings else None))
-    return g
-
-
-def _encoder(s: EncoderSpec) -> LayerGraph:
-    task = {"mlm": "masked_lm", "pooled": "pooled_encoder", "none": "encoder"}[s.head]
-    g = LayerGraph(
-        meta=_meta(s, "encoder", task, s.blocks, **_text_facts(s), type_vocab_size=s.type_vocab_size or None)
-    )
-    ids = g.add_input("input_ids", ("B", "N"), "int64")
-    pad = g.add_input("attention_mask", ("B", "N"), "int64", optional=True)
-    c = _Ctx(g, s, None, pad)
-    x = g.add("embedding", "embed", [ids], "embed", vocab=s.vocab_size, dim=s.d_model, scale=resolve.embedding_scale(s))
-    if s.position.type == "learned":
-        x = g.add("learned_pos", "pos", [x], "pos", positions=s.context, dim=s.d_model)
-    elif s.position.type == "sinusoidal":
-        x = g.add("sinusoidal_pos", "pos", [x], "pos", dim=s.d_model)
-    if s.type_vocab_size:
-        types = g.add_input("token_type_ids", ("B", "N"), "int64", optional=True)
-        x = g.add("type_embedding", "token_type", [x, types], "embed", vocab=s.type_vocab_size, dim=s.d_model)
-    x = _embed_norm_dropout(c, x, "")
-    x = _stack(c, "", x, s.blocks, resolve.mask(s))
-    g.set_output("last_hidden_state", x)
-    if s.head == "mlm":
-        h = _linear(c, "mlm.transform", x, s.d_model, s.d_model, "head", None, s.bias.mlp)
-        h = g.add("activation", "mlm.act", [h], "activation", fn=s.head_activation)
-        h = g.add("layernorm", "mlm.norm", [h], "norm", dim=s.d_model, eps=s.norm.eps, bias=s.bias.norm)
-        g.set_output("logits", _head(c, h, s.vocab_size, "embed.weight" if s.tie_embeddings else None))
-    elif s.head == "pooled":
-        g.set_output("pooler_output", _pooler(c, x, "cls"))
-    return g
-
-
-def _encoder_decoder(s: EncoderDecoderSpec) -> LayerGraph:
-    tv = s.target_vocab_size or s.vocab_size
-    layers = s.blocks.encoder + s.blocks.decoder
-    g = LayerGraph(meta=_meta(s, "encoder_decoder", "seq2seq", layers, **_text_facts(s), target_vocab_size=tv))
-    ids = g.add_input("input_ids", ("B", "N"), "int64")
-    pad = g.add_input("attention_mask", ("B", "N"), "int64", optional=True)
-    dec_ids = g.add_input("decoder_input_ids", ("B", "N_dec"), "int64")
-    scale = resolve.embedding_scale(s)
-    enc = _Ctx(g, s, "encoder", pad)
-    x = g.add(
-        "embedding", "encoder.embed", [ids], "embed", stack="encoder", vocab=s.vocab_size, dim=s.d_model, scale=scale
-    )
-    x = _embed_tail(enc, x, "encoder.", s.context)
-    memory = _stack(enc, "encoder.", x, s.blocks.encoder, resolve.mask(s))
-
-    dec = _Ctx(g, s, "decoder", None)
-    shared = "encoder.embed.weight" if s.shared_embeddings else None
-    y = g.add(
-        "embedding",
-        "decoder.embed",
-        [dec_ids],
-        "embed",
-        stack="decoder",
-        vocab=tv,
-        dim=s.d_model,
-        scale=scale,
-        **({"tied_to": shared} if shared else {}),
-    )
-    y = _embed_tail(dec, y, "decoder.", s.context)
-    y = _stack(dec, "decoder.", y, s.blocks.decoder, "causal", memory=memory, mem_pad=pad)
-    tied = (shared or "decoder.embed.weight") if s.tie_embeddings else None
-    g.set_output("logits", _head(dec, y, tv, tied))
-    return g
-
-
-def _vit(s: ViTSpec) -> LayerGraph:
-    im = s.image
-    grid = im.size // im.patch
-    tokens = grid * grid + (1 if s.pooling == "cls" else 0)
-    g = LayerGraph(
-        meta=_meta(
-            s,
-            "vit",
-            "image_classification" if s.head == "classifier" else "image_encoder",
-            s.blocks,
-            classes=s.classes,
-            image=im.size,
-            channels=im.channels,
-            tokens=tokens,
-        )
-    )
-    px = g.add_input("pixel_values", ("B", im.channels, im.size, im.size), "float32")
-    c = _Ctx(g, s, None, None)
-    x = g.add(
-        "patch_embed",
-        "patch_embed",
-        [px],
-        "embed",
-        channels=im.channels,
-        patch=im.patch,
-        dim=s.d_model,
-        grid=grid,
-        bias=True,
-    )
-    cls = s.pooling == "cls"
-    if cls:
-        x = g.add("cls_token", "cls_token", [x], "embed", dim=s.d_model)
-    pos = s.position.type
-    if pos == "learned":
-        x = g.add("learned_pos", "pos", [x], "pos", positions=tokens, dim=s.d_model)
-    elif pos == "learned_2d":
-        x = g.add("learned_pos_2d", "pos", [x], "pos", grid=grid, dim=s.d_model, cls=cls)
-    elif pos in ("sinusoidal", "sinusoidal_2d"):
-        x = g.add("sinusoidal_pos_2d", "pos", [x], "pos", grid=grid, dim=s.d_model, cls=cls)
-    x = _embed_norm_dropout(c, x, "")
-    x = _stack(c, "", x, s.blocks, resolve.mask(s))
-    g.set_output("last_hidden_state", x)
-    if s.head == "classifier":
-        assert s.classes is not None  # a rule guarantees it
-        x = g.add("pool", "pool", [x], "head", mode=s.pooling)
-        g.set_output("logits", _head(c, x, s.classes, None, name="head", category="head"))
-    elif s.head == "pooled":
-        g.set_output("pooler_output", _pooler(c, x, s.pooling))
-    return g
-
-
-def _rnn_seq2seq(s: RNNSeq2SeqSpec) -> LayerGraph:
-    r = s.rnn
-    tv = s.target_vocab_size or s.vocab_size
-    emb = r.embed or r.hidden
-    enc_dim = r.hidden * (2 if r.bidirectional else 1)
-    g = LayerGraph(
-        meta=_meta(s, "rnn_seq2seq", "seq2seq", 0, context=s.context, vocab_size=s.vocab_size, target_vocab_size=tv)
-    )
-    ids = g.add_input("input_ids", ("B", "N"), "int64")
-    pad = g.add_input("attention_mask", ("B", "N"), "int64", optional=True)
-    dec_ids = g.add_input("decoder_input_ids", ("B", "N_dec"), "int64")
-    x = g.add("embedding", "encoder.embed", [ids], "embed", stack="encoder", vocab=s.vocab_size, dim=emb, scale=1.0)
-    h = g.add(
-        "rnn",
-        "encoder.rnn",
-        [x, pad],
-        "rnn",
-        stack="encoder",
-        cell=r.cell,
-        input_size=emb,
-        hidden=r.hidden,
-        layers=r.layers,
-        bidirectional=r.bidirectional,
-    )
-    y = g.add("embedding", "decoder.embed", [dec_ids], "embed", stack="decoder", vocab=tv, dim=emb, scale=1.0)
-    y = g.add(
-        "rnn_decoder",
-        "decoder.rnn",
-        [y, h, pad],
-        "rnn",
-        stack="decoder",
-        cell=r.cell,
-        input_size=emb,
-        hidden=r.hidden,
-        layers=r.layers,
-        enc_dim=enc_dim,
-        enc_directions=2 if r.bidirectional else 1,  # h_final = [forward h_T | backward h_1] when 2
-        attention=r.attention,
-        attention_dim=r.attention_dim or r.hidden,
-    )
-    out = g.add(
-        "linear",
-        "decoder.out",
-        [y],
-        "lm_head",
-        stack="decoder",
-        in_features=r.hidden + enc_dim,
-        out_features=tv,
-        bias=True,
-    )
-    g.set_output("logits", out)
-    return g

@@ -12,8 +12,12 @@ Conventions every backend follows:
   ``[q heads | k heads | v heads]`` each ``head_dim`` wide, or (cross) ``q`` and a packed ``kv = [k | v]``.
   An optional last input is the key padding mask ``[B, N_k]`` (1 = keep, 0 = pad). ``mask`` is the
   structural mask: none | causal | sliding_window (``window`` keys back, self included) | prefix (the first
-  ``prefix`` positions see each other, the rest are causal). ``rope_dims`` > 0 rotates the first
-  ``rope_dims`` dims of each q/k head (GPT-NeoX half-split convention) with base ``rope_theta``.
+  ``prefix`` positions see each other, the rest are causal) | chunked (causal inside each chunk of ``chunk``
+  positions: k // chunk == q // chunk). ``scale`` multiplies the scores; ``softcap`` (when set) caps them
+  as softcap · tanh(scores / softcap) before the mask. ``rope_dims`` > 0 rotates the first ``rope_dims``
+  dims of each q/k head with base ``rope_theta``: the two halves together (GPT-NeoX), or adjacent pairs when
+  ``rope_interleaved`` (GPT-J); ``rope_scaling`` (None or a dict with ``type`` and its parameters, defaults
+  resolved) scales the frequencies and cos/sin as ``specc.backends.torch.layers.rope`` computes them.
 - ``moe`` expert weights are ``[E, out, in]``; gates are softmax over router logits, top-``active``,
   renormalised when ``normalize``. Two attributes act in training only (Switch Transformer, Fedus 2021):
   ``jitter`` multiplies the router input by noise drawn from U(1 - jitter, 1 + jitter) (0: off), and
@@ -125,9 +129,17 @@ _op(
 )
 _op(
     "rmsnorm",
-    "RMSNorm over the last axis: x / sqrt(mean(x²) + eps) · weight",
+    "RMSNorm over the last axis: x / sqrt(mean(x²) + eps) · weight, or · (1 + weight) with `unit_offset` "
+    "(the weight then starts at 0)",
     _same,
-    lambda a, s: {"weight": ParamSpec((a["dim"],), "ones")},
+    lambda a, s: {"weight": ParamSpec((a["dim"],), "zeros" if a.get("unit_offset") else "ones")},
+)
+_op(
+    "slice_rmsnorm",
+    "RMSNorm (as `rmsnorm`) of features [start, start + width) of the last axis in groups of `dim` (QK-norm "
+    "on a packed projection: per head dim = head_dim, full width dim = width); the other features pass through",
+    _same,
+    lambda a, s: {"weight": ParamSpec((a["dim"],), "zeros" if a.get("unit_offset") else "ones")},
 )
 _op(
     "linear",
@@ -145,6 +157,9 @@ _op(
 _op("activation", "elementwise fn: relu | gelu | gelu_tanh | silu | tanh", _same)
 _op("glu", "fn(gate) * up; inputs [gate, up]", _same)
 _op("add", "residual: inputs [x, branch] → x + dropout(branch)", _same)
+_op("scale", "x · factor", _same)
+_op("softcap", "cap · tanh(x / cap)", _same)
+_op("sigmoid_gate", "sigmoid(gate) · x; inputs [x, gate [..., 1]] (a gated shared expert)", _same)
 _op("dropout", "dropout(x, p) in training, identity in inference", _same)
 _op(
     "pool",

@@ -115,6 +115,7 @@ def _decoder(model: OrtModel, feeds: dict[str, np.ndarray], max_new: int, eos_id
         step["position_ids"] = pos
     if cached:
         step.update(_empty_past(model, batch))
+    rebuild = model.ir_meta.get("rebuild_cache_after")  # RoPE frequencies switch: recompute the cache once
     for _ in range(max_new):
         out = model.run(step)
         nxt = stop.add(out["logits"])
@@ -122,11 +123,12 @@ def _decoder(model: OrtModel, feeds: dict[str, np.ndarray], max_new: int, eos_id
             break
         mask = np.concatenate([mask, np.ones((batch, 1), mask.dtype)], 1)
         pos = np.concatenate([pos, pos[:, -1:] + 1], 1)
-        if cached:
+        past = ids.shape[1]
+        ids = np.concatenate([ids, nxt[:, None]], 1)
+        if cached and not (rebuild is not None and past <= rebuild < ids.shape[1]):
             step = {"input_ids": nxt[:, None], **_presents(out)}
         else:
-            ids = np.concatenate([ids, nxt[:, None]], 1)
-            step = {"input_ids": ids}
+            step = {"input_ids": ids, **(_empty_past(model, batch) if cached else {})}
         if has_mask:
             step["attention_mask"] = mask
         if has_pos:

@@ -21,7 +21,7 @@ from .session import open_session
 
 ROLES = ("model", "encoder", "decoder_step", "decoder")
 # facts of the lowered graph the runtime reads from ``specc.ir_meta``: each a positive whole number or null
-IR_COUNTS = ("vocab_size", "target_vocab_size", "type_vocab_size", "max_positions", "context")
+IR_COUNTS = ("vocab_size", "target_vocab_size", "type_vocab_size", "max_positions", "context", "rebuild_cache_after")
 
 ORT_TYPES = {
     "tensor(int64)": np.int64,

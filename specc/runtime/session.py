@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import sys
 from pathlib import Path
 
 from ..errors import SpecError
@@ -66,10 +67,31 @@ def open_session(
     active = sess.get_providers()[0]
     if provider == "cuda" and active != CUDA:
         raise SpecError(
-            "the CUDA execution provider did not load (no GPU, or CUDA 13 / cuDNN 9 libraries missing)",
-            hint="use --provider cpu or auto",
+            f"the CUDA execution provider did not load: {cuda_failure()}",
+            hint="use --provider cpu or auto; CUDA needs an NVIDIA GPU with its driver and the CUDA 13 / cuDNN 9 "
+            "libraries (pip install 'onnxruntime-gpu[cuda,cudnn]', or a CUDA 13 build of torch imported first)",
         )
     return sess, active
+
+
+def cuda_failure() -> str:
+    """Why the CUDA EP fell back to the CPU: no GPU device, and/or the first library its provider cannot load
+    (what onnxruntime logs and specc silences: it would print a multi-line log for a one-line answer)."""
+    import ctypes
+
+    import onnxruntime as ort
+
+    reasons = []
+    if sys.platform.startswith("linux") and not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0")):
+        reasons.append("no NVIDIA GPU is visible (no /dev/nvidia* device)")
+    lib = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
+    if lib.is_file():
+        try:
+            ctypes.CDLL(str(lib))
+        except OSError as e:
+            missing = str(e).split(":", 1)[0].strip()
+            reasons.append(f"{missing} cannot be loaded" if missing.startswith("lib") else str(e).splitlines()[0])
+    return "; ".join(reasons) or "the GPU or its driver is unusable (run with --verbose for onnxruntime's log)"
 
 
 def _preload_cuda() -> None:

@@ -40,7 +40,7 @@ def mlp_activation(spec: _Transformer) -> str:
 
 def final_norm(spec: _Transformer) -> bool:
     n = spec.norm
-    return n.final if n.final is not None else n.placement == "pre"
+    return n.final if n.final is not None else n.placement != "post"
 
 
 def embedding_scale(spec: _Transformer) -> float:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import resolve
+from .rules_block import block_violations
 from .schema import (
     MAX_WIDTH,
     DecoderSpec,
@@ -51,11 +52,15 @@ def check(spec: _Base) -> None:
 
 
 def violations(spec: _Base) -> Any:
+    from .rules_kinds import layer_kinds  # it runs the rules below on each kind's effective spec
+
     if isinstance(spec, _Transformer):
         yield from _attention(spec)
         yield from _mlp(spec)
         yield from _position(spec)
         yield from _size(spec)
+        yield from block_violations(spec)
+        yield from layer_kinds(spec)
     if isinstance(spec, ViTSpec):
         yield from _vit(spec)
     if isinstance(spec, EncoderDecoderSpec):
@@ -114,6 +119,20 @@ def _attention(spec: _Transformer) -> Any:
         )
     if isinstance(spec, _TextModel) and a.prefix is not None and a.prefix > spec.context:
         yield Violation(("attention", "prefix"), f"prefix {a.prefix} is longer than context {spec.context}")
+    if mask == "chunked" and a.chunk is None:
+        yield Violation(("attention", "mask"), "mask chunked needs attention.chunk", "add chunk: 8192")
+    if a.chunk is not None and mask != "chunked":
+        yield Violation(
+            ("attention", "chunk"),
+            f"attention.chunk is only used with mask chunked (mask is {mask})",
+            "set mask: chunked or remove chunk",
+        )
+    if isinstance(spec, _TextModel) and a.chunk is not None and a.chunk > spec.context:
+        yield Violation(
+            ("attention", "chunk"),
+            f"chunk {a.chunk} is longer than context {spec.context}",
+            "a chunk that covers the whole context is a plain causal mask: use mask: causal",
+        )
 
 
 def _mlp(spec: _Transformer) -> Any:
@@ -139,6 +158,7 @@ def _position(spec: _Transformer) -> Any:
                 f"{hd * p.fraction:g}",
                 "choose head_dim (d_model / heads) and fraction so that their product is an even integer",
             )
+    yield from _rope(spec)
     is_vit = isinstance(spec, ViTSpec)
     if p.type in ("learned_2d", "sinusoidal_2d") and not is_vit:
         yield Violation(
@@ -150,6 +170,71 @@ def _position(spec: _Transformer) -> Any:
         yield Violation(("position", "type"), f"sinusoidal_2d needs d_model divisible by 4, got {spec.d_model}")
     if p.type == "sinusoidal" and spec.d_model % 2:
         yield Violation(("position", "type"), f"sinusoidal positions need an even d_model, got {spec.d_model}")
+
+
+# Scaling fields each RoPE scaling type reads (as transformers' ROPE_INIT_FUNCTIONS do): required, optional.
+SCALING_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "linear": (("factor",), ()),
+    "dynamic": (("factor",), ("original_max_positions",)),
+    "llama3": (("factor", "original_max_positions", "low_freq_factor", "high_freq_factor"), ()),
+    "yarn": (
+        ("factor", "original_max_positions"),
+        ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
+    ),
+    "longrope": (
+        ("short_factor", "long_factor", "original_max_positions"),
+        ("factor", "attention_factor", "rebuild_cache"),
+    ),
+}
+
+
+def _rope(spec: _Transformer) -> Any:
+    p = spec.position
+    if p.type != "rotary":
+        for key, value, default in (("rotation", p.rotation, "half"), ("scaling", p.scaling, None)):
+            if value != default:
+                yield Violation(
+                    ("position", key),
+                    f"position.{key} is only used by rotary positions (type is {p.type})",
+                    f"set type: rotary or remove {key}",
+                )
+        return
+    sc = p.scaling
+    if sc is None:
+        return
+    required, optional = SCALING_FIELDS[sc.type]
+    for key in required:
+        if getattr(sc, key) is None:
+            yield Violation(("position", "scaling", "type"), f"RoPE scaling {sc.type} needs scaling.{key}")
+    for key in sorted(sc.model_fields_set - {"type", *required, *optional}):
+        if getattr(sc, key) is not None:
+            yield Violation(
+                ("position", "scaling", key),
+                f"scaling.{key} is not used by RoPE scaling {sc.type}",
+                f"{sc.type} reads {', '.join((*required, *optional))}",
+            )
+    half = int(resolve.rotary_dims(spec)) // 2
+    for key in ("short_factor", "long_factor"):
+        values = getattr(sc, key)
+        if sc.type == "longrope" and values is not None and len(values) != half:
+            yield Violation(
+                ("position", "scaling", key),
+                f"scaling.{key} has {len(values)} factors, but RoPE rotates {half} frequency pairs "
+                f"(head_dim × fraction / 2)",
+            )
+        if values is not None and any(not v > 0 for v in values):
+            yield Violation(("position", "scaling", key), f"scaling.{key} must be positive numbers")
+    lo, hi = sc.low_freq_factor, sc.high_freq_factor
+    if sc.type == "llama3" and lo is not None and hi is not None and not hi > lo:
+        yield Violation(
+            ("position", "scaling", "high_freq_factor"),
+            f"high_freq_factor {hi} must be greater than low_freq_factor {lo}",
+            "Llama 3.1 uses low_freq_factor: 1.0, high_freq_factor: 4.0",
+        )
+    if sc.type == "dynamic" and half < 2:
+        yield Violation(
+            ("position", "scaling", "type"), "dynamic RoPE scaling needs at least 4 rotated dims (base^(d/(d-2)))"
+        )
 
 
 def _size(spec: _Transformer) -> Any:
@@ -190,7 +275,7 @@ def _vit(spec: ViTSpec) -> Any:
             f"classes is only used by head: classifier (head is {spec.head})",
             "remove classes or set head: classifier",
         )
-    if resolve.mask(spec) in ("causal", "sliding_window", "prefix"):
+    if resolve.mask(spec) in ("causal", "sliding_window", "prefix", "chunked"):
         yield Violation(
             ("attention", "mask"),
             f"a {resolve.mask(spec)} mask on a ViT classifier is refused: every patch may attend to every patch",

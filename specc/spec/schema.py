@@ -3,53 +3,42 @@
 Shortcut forms (``bias: true``, ``position: rotary``, ``blocks: 6`` for both stacks, ``dropout: 0.1``) are
 normalised by before-validators so that every consumer sees one canonical shape. Cross-field rules live in
 ``rules.py`` and run from each family's after-validator, so the Python API and the YAML loader enforce the
-same rules.
+same rules. The building blocks (limits, strict types, shortcuts) live in ``schema_base.py`` and positions in
+``schema_rope.py``; every name is importable from here.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    create_model,
+    model_validator,
+)
 
-# Generous but finite: a typo like d_model: 7680000 is an error, not an allocation attempt.
-MAX_WIDTH = 1 << 17  # 131072
-MAX_BLOCKS = 1024
-MAX_VOCAB = 1 << 24
-MAX_CONTEXT = 1 << 24
-MAX_HEADS = 4096
-MAX_EXPERTS = 4096
-
-# Integers and booleans are strict (``blocks: true`` or ``bias: 1`` is a mistake, not a value); floats stay
-# lax because YAML 1.1 reads ``1e-5`` as a string.
-SInt = Annotated[int, Strict()]
-SBool = Annotated[bool, Strict()]
-Dtype = Literal["fp32", "fp16", "bf16"]
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
-
-
-def _all_flags(fields: tuple[str, ...]):
-    def expand(v: Any) -> Any:
-        return dict.fromkeys(fields, v) if isinstance(v, bool) else v
-
-    return expand
-
-
-def _typed_shortcut(v: Any) -> Any:
-    """``position: rotary`` → ``{type: rotary}``."""
-    return {"type": v} if isinstance(v, str) else v
-
-
-def _dropout_shortcut(v: Any) -> Any:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return {"embedding": v, "attention": v, "residual": v}
-    return v
-
+from .schema_base import (  # noqa: F401  (re-exported: the spec language's names live in this module)
+    DTYPE_BYTES,
+    MAX_BLOCKS,
+    MAX_CONTEXT,
+    MAX_EXPERTS,
+    MAX_HEADS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    Activation,
+    Dtype,
+    SBool,
+    SInt,
+    _all_flags,
+    _dropout_shortcut,
+    _Strict,
+    _typed_shortcut,
+)
+from .schema_rope import Position, PositionField, RopeScaling  # noqa: F401  (re-exported)
 
 # ---------------------------------------------------------------------------------------------- parts
 
@@ -83,21 +72,38 @@ class Attention(_Strict):
     heads: SInt = Field(..., ge=1, le=MAX_HEADS, description="query heads H")
     kv_heads: SInt | None = Field(None, ge=1, le=MAX_HEADS, description="K/V heads (GQA/MQA); default H")
     head_dim: SInt | None = Field(None, ge=1, le=MAX_WIDTH, description="D_H; default d_model / heads")
-    mask: Literal["causal", "none", "padding", "sliding_window", "prefix"] | None = Field(
+    mask: Literal["causal", "none", "padding", "sliding_window", "prefix", "chunked"] | None = Field(
         None,
         description="self-attention visibility (default: causal for decoders, none otherwise); padding masks "
         "also come from attention_mask at run time",
     )
     window: SInt | None = Field(None, ge=1, le=MAX_CONTEXT, description="sliding_window: keys visible behind")
     prefix: SInt | None = Field(None, ge=1, le=MAX_CONTEXT, description="prefix: bidirectional prefix length")
+    chunk: SInt | None = Field(
+        None, ge=1, le=MAX_CONTEXT, description="chunked: a query sees the keys of its own chunk of this many positions"
+    )
     scale: float | None = Field(None, gt=0, description="score scale; default 1/sqrt(head_dim)")
+    qk_norm: Literal["none", "head", "full"] = Field(
+        "none",
+        description="RMSNorm of q and k after the projection, before RoPE (norm.eps, norm.unit_offset): head = "
+        "per head over head_dim (Qwen3, Gemma 3), full = over the projected width heads·head_dim and "
+        "kv_heads·head_dim (OLMo-2)",
+    )
+    softcap: float | None = Field(
+        None, gt=0, description="attention-logit softcapping: scores = softcap · tanh(scores / softcap) (Gemma 2)"
+    )
 
 
 class Norm(_Strict):
     type: Literal["layernorm", "rmsnorm"] = "layernorm"
-    placement: Literal["pre", "post"] = "pre"
+    placement: Literal["pre", "post", "sandwich", "output"] = Field(
+        "pre",
+        description="pre: x + f(norm(x)); post (BERT): norm(x + f(x)); sandwich (Gemma 2/3): "
+        "x + norm_post(f(norm(x))); output (OLMo-2): x + norm_post(f(x))",
+    )
     eps: float = Field(1e-5, gt=0, lt=1)
-    final: SBool | None = Field(None, description="norm after the last block; default: true for pre, false for post")
+    unit_offset: SBool = Field(False, description="RMSNorm weight applied as (1 + weight), starting at 0 (Gemma)")
+    final: SBool | None = Field(None, description="norm after the last block; default: false for post, else true")
     embedding: SBool = Field(False, description="norm after the embedding sum (BERT)")
 
 
@@ -132,6 +138,15 @@ class Router(_Strict):
     )
 
 
+class SharedExpert(_Strict):
+    """Expert(s) run on every token next to the routed ones (same expert type and activation)."""
+
+    hidden: SInt = Field(..., ge=1, le=16 * MAX_WIDTH, description="total hidden size (n_shared · per-expert size)")
+    gate: Literal["none", "sigmoid"] = Field(
+        "none", description="sigmoid: output scaled by sigmoid(Linear(D, 1)(x)) (Qwen2-MoE); none: ungated"
+    )
+
+
 class MoEMLP(_Strict):
     type: Literal["moe"] = "moe"
     experts: SInt = Field(..., ge=1, le=MAX_EXPERTS, description="E")
@@ -141,6 +156,7 @@ class MoEMLP(_Strict):
     multiple_of: SInt = Field(256, ge=1, le=1 << 16)
     activation: Activation | None = Field(None, description="default: silu for swiglu, gelu for classic")
     router: Router = Field(default_factory=Router)
+    shared: SharedExpert | None = Field(None, description="shared expert(s) next to the routed ones")
 
 
 MLP = Annotated[
@@ -149,13 +165,39 @@ MLP = Annotated[
 ]
 
 
-class Position(_Strict):
-    type: Literal["learned", "sinusoidal", "rotary", "none", "learned_2d", "sinusoidal_2d"] = "learned"
-    theta: float = Field(10000.0, gt=0, description="rotary base")
-    fraction: float = Field(1.0, gt=0, le=1.0, description="rotary: fraction of head_dim rotated")
+class Output(_Strict):
+    """Transforms of the head's logits: logits = softcap(scale · head(x))."""
+
+    softcap: float | None = Field(
+        None, gt=0, description="final-logit softcapping: logits = softcap · tanh(logits / softcap) (Gemma 2)"
+    )
+    scale: float = Field(1.0, gt=0, description="multiply the logits by this (logit scale)")
 
 
-PositionField = Annotated[Position, BeforeValidator(_typed_shortcut, json_schema_input_type=Union[str, Position])]
+def _patch(model: type[BaseModel], doc: str) -> Any:
+    """``model`` with every field optional and no defaults: the keys a layer kind overrides (the given ones are
+    ``model_fields_set``). Derived from ``model`` so that new fields are overridable without another edit."""
+    fields: dict[str, Any] = {}
+    for key, f in model.model_fields.items():
+        typ = Annotated[(f.annotation, *f.metadata)] if f.metadata else f.annotation
+        fields[key] = (Optional[typ], Field(None, description=f.description))  # noqa: UP045 (typ is a value)
+    return create_model(f"{model.__name__}Override", __base__=_Strict, __doc__=doc, **fields)
+
+
+AttentionOverride = _patch(Attention, "attention keys of one layer kind, merged onto the top-level attention")
+PositionOverride = _patch(Position, "position keys of one layer kind, merged onto the top-level position")
+KindName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
+
+
+class LayerKind(_Strict):
+    """A named variant of the block: each part given overrides the top-level one for the layers of this kind."""
+
+    attention: AttentionOverride | None = Field(None, description="merged onto the top-level attention (keys given)")
+    position: Annotated[
+        PositionOverride | None,
+        BeforeValidator(_typed_shortcut, json_schema_input_type=Union[str, PositionOverride, None]),
+    ] = Field(None, description="merged onto the top-level position ({type: none}: no RoPE in these layers)")
+    mlp: MLP | None = Field(None, description="replaces the top-level mlp in these layers")
 
 
 class Init(_Strict):
@@ -222,7 +264,24 @@ class _Transformer(_Base):
     position: PositionField = Field(default_factory=Position)
     bias: Bias = Field(default_factory=BiasFlags)
     embedding_scale: float | Literal["sqrt_d_model"] | None = Field(
-        None, description="multiply token embeddings by this (original Transformer: sqrt_d_model)"
+        None,
+        description="multiply token embeddings by this, rounded to the model's dtype (original Transformer, "
+        "Gemma: sqrt_d_model)",
+    )
+    parallel: Literal["none", "shared_norm", "separate_norms"] = Field(
+        "none",
+        description="none: sequential sublayers; shared_norm (GPT-J, Phi-2, Falcon-7B): h = norm1(x), "
+        "x + attn(h) + mlp(h); separate_norms (GPT-NeoX, Falcon-40B): x + attn(norm1(x)) + mlp(norm2(x))",
+    )
+    output: Output = Field(default_factory=Output)
+    layer_kinds: dict[KindName, LayerKind] | None = Field(
+        None, description="named variants of the block (attention / position / mlp overrides), used by layer_pattern"
+    )
+    layer_pattern: list[KindName] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_BLOCKS,
+        description="kind of each block, repeated cyclically over the blocks (a list of length blocks: per layer)",
     )
 
 

@@ -64,11 +64,22 @@ def optimizer_path(path: str | Path) -> Path:
 def save(
     path: str | Path, spec: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, train: dict[str, Any]
 ) -> Path:
+    moments = optimizer_tensors(model, optimizer) if optimizer is not None else None
+    return save_tensors(path, spec, model.state_dict(), moments, train)
+
+
+def save_tensors(
+    path: str | Path,
+    spec: Any,
+    weights: dict[str, torch.Tensor],
+    moments: dict[str, torch.Tensor] | None,
+    train: dict[str, Any],
+) -> Path:
+    """The checkpoint from tensors by name (a model's state_dict, or one gathered from every rank)."""
     step = str(train.get("step", 0))
-    if optimizer is not None:
-        moments = optimizer_tensors(model, optimizer)
+    if moments is not None:
         atomic_write(optimizer_path(path), lambda tmp: save_file(moments, str(tmp), metadata={STEP_KEY: step}))
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
     meta = {SPEC_KEY: spec_json(spec), TRAIN_KEY: json.dumps(train), "specc.version": __version__, "format": "pt"}
     return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
 
@@ -137,10 +148,15 @@ def _read(path: Path, what: str) -> tuple[dict[str, str], dict[str, torch.Tensor
 
 
 def load(path: str | Path, with_optimizer: bool = False) -> Checkpoint:
-    """Read a specc checkpoint (and its optimizer sidecar); anything else is a user error naming the file."""
+    """Read a specc checkpoint (and its optimizer sidecar), or a distributed checkpoint folder (``specc train
+    --parallel -o DIR``) whole; anything else is a user error naming the file."""
     from ..spec.loader import load_embedded_spec
 
     p = Path(path)
+    if p.is_dir():
+        from ..parallel import checkpoint as distributed
+
+        return distributed.load(p)
     meta, weights = _read(p, "checkpoint")
     if SPEC_KEY not in meta:
         raise SpecError(

@@ -6,6 +6,7 @@ so training N steps, saving and resuming to 2N gives the same weights as trainin
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from ..errors import SpecError
 from ..ir.graph import LayerGraph
 from ..ir.lower import lower
+from ..parallel import data as data_parallel
 from . import model as M
 from .evaluate import eval_pairs, evaluate_lm, evaluate_seq2seq
 from .metrics import teacher_forced_acc
@@ -79,6 +81,7 @@ class Run:
     eval_set: list[Pair] = field(default_factory=list)
     step: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+    mesh: Any = None  # a ("dp", "tp") DeviceMesh when the model is parallelized (specc.parallel)
 
     @property
     def lengths(self) -> tuple[int, int]:
@@ -123,9 +126,13 @@ def setup(
     device: torch.device,
     weights: dict[str, torch.Tensor] | None = None,
     vocab: Vocab | None = None,
+    mesh: Any = None,
 ) -> Run:
-    """Build the task data, the model and the optimizer (``weights`` / ``vocab`` when resuming)."""
+    """Build the task data, the model and the optimizer (``weights`` / ``vocab`` when resuming); with a
+    ``mesh`` the model is parallelized over it and each dp rank trains on its rows of every global batch."""
     check_config(cfg)
+    if mesh is not None and cfg.batch % mesh["dp"].size():
+        raise SpecError(f"--batch {cfg.batch} is not divisible by dp={mesh['dp'].size()}", hint="the global batch")
     graph = lower(spec)
     M.check_task(graph, cfg.task)
     text = task = None
@@ -148,9 +155,13 @@ def setup(
         M.check_lengths(graph, {"encoder": cfg.max_len, "decoder": task.max_target_len(cfg.max_len) + 1})
         vocab = task.vocab
     model = M.build(spec, device, weights)
+    if mesh is not None:
+        from ..parallel import parallelize
+
+        model = parallelize(model, mesh)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    run = Run(spec, graph, cfg, model, optimizer, vocab, device, task=task, text=text)
+    run = Run(spec, graph, cfg, model, optimizer, vocab, device, task=task, text=text, mesh=mesh)
     if task is not None:
         run.eval_set = eval_pairs(task, cfg.eval_size, cfg.min_len or 1, cfg.max_len or 1, cfg.seed)
     return run
@@ -163,17 +174,23 @@ def train_step(run: Run) -> tuple[float, float]:
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed + 1)  # dropout
     lo, hi = run.lengths
+    shard = (lambda *t: t) if run.mesh is None else functools.partial(data_parallel.shard_rows, run.mesh)
     if run.task is not None:
         b = run.task.batch(cfg.batch, lo, hi, gen)
-        logits = M.seq2seq_logits(run.model, b.src.to(dev), b.src_mask.to(dev), b.dec_in.to(dev))
-        labels, ignore = b.labels.to(dev), PAD
+        src, src_mask, dec_in, labels = shard(b.src, b.src_mask, b.dec_in, b.labels)
+        logits = M.seq2seq_logits(run.model, src.to(dev), src_mask.to(dev), dec_in.to(dev))
+        labels, ignore = labels.to(dev), PAD
     else:
         assert run.text is not None
-        x, y = run.text.batch("train", cfg.batch, hi, gen)
+        x, y = shard(*run.text.batch("train", cfg.batch, hi, gen))
         logits = M.lm_logits(run.model, x.to(dev))
         labels, ignore = y.to(dev), -100
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=ignore)
-    value = float(loss.detach())  # reported: the task loss alone
+    if run.mesh is None:
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=ignore)
+        value = float(loss.detach())  # reported: the task loss alone
+        acc = teacher_forced_acc(logits.detach(), labels, None if ignore == -100 else ignore)
+    else:  # the global batch's mean, whichever rows this rank holds
+        loss, value, acc = data_parallel.cross_entropy(run.mesh, logits, labels, ignore)
     aux = run.model.aux_loss()  # MoE load balancing (mlp.router.aux_loss_coef), from this training forward
     if aux is not None:
         loss = loss + aux
@@ -187,7 +204,7 @@ def train_step(run: Run) -> tuple[float, float]:
         group["lr"] = lr_at(run.step, cfg.lr, cfg.steps, run.warmup, cfg.schedule)
     run.optimizer.step()
     run.step += 1
-    return value, teacher_forced_acc(logits.detach(), labels, None if ignore == -100 else ignore)
+    return value, acc
 
 
 def evaluate(run: Run) -> dict[str, Any]:

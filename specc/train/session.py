@@ -25,12 +25,15 @@ def default_device(name: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def new_run(spec: Any, cfg: TrainConfig, device: torch.device) -> Run:
-    return setup(spec, cfg, device)
+def new_run(spec: Any, cfg: TrainConfig, device: torch.device, mesh: Any = None) -> Run:
+    return setup(spec, cfg, device, mesh=mesh)
 
 
-def resume_run(path: str | Path, overrides: dict[str, Any], device: torch.device, spec: Any = None) -> Run:
-    """Continue a checkpoint: its spec, task and settings, with ``overrides`` (flags given) on top."""
+def resume_run(
+    path: str | Path, overrides: dict[str, Any], device: torch.device, spec: Any = None, mesh: Any = None
+) -> Run:
+    """Continue a checkpoint: its spec, task and settings, with ``overrides`` (flags given) on top; with a
+    ``mesh``, parallelized over it (any layout: checkpoints hold the single-process layout)."""
     ck = C.load(path, with_optimizer=True)
     if not ck.train or "config" not in ck.train:
         raise SpecError(
@@ -49,7 +52,7 @@ def resume_run(path: str | Path, overrides: dict[str, Any], device: torch.device
     if task is not None and task != saved["task"]:
         raise SpecError(f"the checkpoint was trained on task {saved['task']}, not {task}", file=str(path))
     cfg = replace(TrainConfig(**saved), **{k: v for k, v in overrides.items() if v is not None})
-    run = setup(ck.spec, cfg, device, weights=ck.weights, vocab=ck.vocab)
+    run = setup(ck.spec, cfg, device, weights=ck.weights, vocab=ck.vocab, mesh=mesh)
     if run.vocab != ck.vocab:
         raise SpecError("the checkpoint's vocabulary does not match its task", file=str(path))
     if ck.step >= cfg.steps:
@@ -58,7 +61,11 @@ def resume_run(path: str | Path, overrides: dict[str, Any], device: torch.device
             file=str(path),
             hint=f"--steps {ck.step * 2}",
         )
-    if ck.optimizer is not None:
+    if ck.optimizer is not None and mesh is not None:
+        from ..parallel.checkpoint import restore_full_optimizer
+
+        restore_full_optimizer(run.model, run.optimizer, C.check_optimizer(run.model, ck.optimizer))
+    elif ck.optimizer is not None:
         C.restore_optimizer(run.model, run.optimizer, ck.optimizer)
     run.step = ck.step
     run.history = list(ck.train.get("history", []))
@@ -73,4 +80,24 @@ def save_run(run: Run, path: str | Path) -> Path:
         "config": run.cfg.to_json(),
         "history": run.history,
     }
-    return C.save(path, run.spec, run.model, run.optimizer, state)
+    if run.mesh is None:
+        return C.save(path, run.spec, run.model, run.optimizer, state)
+    return save_parallel(run, path, state)
+
+
+def save_parallel(run: Run, path: str | Path, state: dict[str, Any]) -> Path:
+    """From every rank: ``*.safetensors`` gathers the weights and Adam moments, which rank 0 writes as the
+    single-process checkpoint and sidecar; any other path is a distributed checkpoint folder (each rank
+    writes its shards; weights only)."""
+    import torch.distributed as dist
+
+    from ..parallel import checkpoint as distributed
+
+    if not str(path).endswith(".safetensors"):
+        return distributed.save(run.model, path, run.spec, state)
+    weights = distributed.full_state_dict(run.model)
+    moments = distributed.full_optimizer_tensors(run.model, run.optimizer)
+    if dist.get_rank() == 0:
+        C.save_tensors(path, run.spec, weights, moments, state)
+    dist.barrier()
+    return Path(path)

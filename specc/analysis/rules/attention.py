@@ -15,13 +15,23 @@ def _sum_min(first: int, last: int, cap: int) -> int:
     return s(last + 1) - s(first) if last >= first else 0
 
 
-def visible_pairs(mask: str | None, nq: int, nk: int, window: int | None = None, prefix: int | None = None) -> int:
+def _chunked(n: int, chunk: int) -> int:
+    """Σ_{p<n} (p mod chunk + 1): keys seen by the queries at positions 0..n-1 of a chunked mask."""
+    whole, r = divmod(n, chunk)
+    return whole * chunk * (chunk + 1) // 2 + r * (r + 1) // 2
+
+
+def visible_pairs(
+    mask: str | None, nq: int, nk: int, window: int | None = None, prefix: int | None = None, chunk: int | None = None
+) -> int:
     """(query, key) pairs a structural mask lets through; the queries are the last ``nq`` of ``nk`` positions."""
     first, last = nk - nq, nk - 1
     if mask == "causal":
         return _sum_min(first, last, nk)
     if mask == "sliding_window":
         return _sum_min(first, last, window or nk)
+    if mask == "chunked" and chunk:
+        return _chunked(last + 1, chunk) - _chunked(first, chunk)
     if mask == "prefix":
         p = min(prefix or 0, nk)
         in_prefix = max(0, p - first)  # queries inside the prefix see the whole prefix
@@ -39,15 +49,20 @@ def _lengths(a: Attrs, ins: list[Dims], ctx: Ctx) -> tuple[int, int, int]:
     nk = ctx.kv_len
     if a.get("mask") == "sliding_window" and a.get("window"):
         nk = min(nk, a["window"])  # a rolling cache keeps only the window
+    if a.get("mask") == "chunked" and a.get("chunk"):
+        nk = min(nk, a["chunk"])  # and a chunked layer only the current chunk
     return b, nq, nk
 
 
 def attention_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     b, nq, nk = _lengths(a, ins, ctx)
     h, kv, hd = a["heads"], a["kv_heads"], a["head_dim"]
-    pairs = visible_pairs(None if a.get("cross") else a.get("mask"), nq, nk, a.get("window"), a.get("prefix"))
+    mask = None if a.get("cross") else a.get("mask")
+    pairs = visible_pairs(mask, nq, nk, a.get("window"), a.get("prefix"), a.get("chunk"))
+    if mask == "chunked" and ctx.kv_len is not None:  # the new token sees its own chunk so far
+        pairs = nq * ((ctx.kv_len - 1) % a["chunk"] + 1)
     full, useful = 2 * b * h * nq * nk * hd, 2 * b * h * pairs * hd
-    per_score = C.SOFTMAX + C.SCORE_SCALE
+    per_score = C.SOFTMAX + C.SCORE_SCALE + (C.SOFTCAP if a.get("softcap") else 0)
     parts = [
         Flop("qk", matmul=full, matmul_useful=useful),
         Flop("softmax", other=per_score * b * h * nq * nk, other_useful=per_score * b * h * pairs),
@@ -70,12 +85,16 @@ def attention_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     cached = nk
     if not a.get("cross") and a.get("mask") == "sliding_window" and a.get("window"):
         cached = min(nk, a["window"])
+    if not a.get("cross") and a.get("mask") == "chunked" and a.get("chunk"):
+        cached = min(nk, a["chunk"])
+    # Soft-capped scores have no fused kernel (torch runs them on the explicit softmax): always materialised.
+    capped = bool(a.get("softcap"))
     return Mem(
         saved=saved,
-        saved_fused=(q + k_v) * ctx.bytes + stats,
+        saved_fused=saved if capped else (q + k_v) * ctx.bytes + stats,
         io=(q + k_v + numel(out)) * ctx.bytes,
         scores=scores * ctx.bytes,
-        scores_fused=stats,
+        scores_fused=scores * ctx.bytes if capped else stats,
         kv_cache=2 * b * cached * kv * hd * ctx.bytes,
     )
 

@@ -23,7 +23,18 @@ def layernorm_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop
 
 
 def rmsnorm_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
-    return [Flop(other=C.RMSNORM * numel(out))]
+    offset = C.UNIT_OFFSET * a["dim"] if a.get("unit_offset") else 0
+    return [Flop(other=C.RMSNORM * numel(out) + offset)]
+
+
+def slice_rmsnorm_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    offset = C.UNIT_OFFSET * a["dim"] if a.get("unit_offset") else 0
+    return [Flop(other=C.RMSNORM * tokens(out) * a["width"] + offset)]
+
+
+def slice_norm_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    """The normalised slice is kept for the backward pass; the whole packed tensor is read and rewritten."""
+    return Mem(saved=tokens(out) * a["width"] * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=a["dim"])
 
 
 def norm_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
@@ -42,6 +53,18 @@ def glu_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
 def elementwise_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     """Activations and GLU keep their inputs for the backward pass."""
     return Mem(saved=sum(numel(s) for s in ins) * ctx.bytes, io=io_bytes(ins, out, ctx))
+
+
+def scale_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop(other=C.SCALE * numel(out))]
+
+
+def softcap_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop(other=C.SOFTCAP * numel(out))]
+
+
+def sigmoid_gate_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop(other=C.ACTIVATION["sigmoid"] * numel(ins[1]) + C.GATE_PRODUCT * numel(out))]
 
 
 def add_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
@@ -74,6 +97,10 @@ RULES = {
     "linear": (linear_flops, linear_memory),
     "layernorm": (layernorm_flops, norm_memory),
     "rmsnorm": (rmsnorm_flops, norm_memory),
+    "slice_rmsnorm": (slice_rmsnorm_flops, slice_norm_memory),
+    "scale": (scale_flops, elementwise_memory),
+    "softcap": (softcap_flops, elementwise_memory),
+    "sigmoid_gate": (sigmoid_gate_flops, elementwise_memory),
     "activation": (activation_flops, elementwise_memory),
     "glu": (glu_flops, elementwise_memory),
     "add": (add_flops, add_memory),

@@ -52,6 +52,7 @@ class ExportOptions:
     attention: str = "standard"  # standard: ai.onnx Attention; contrib: com.microsoft MHA / GQA
     kv_cache: bool = False
     padding_mask: bool = True  # False drops the attention_mask input (all keys valid): lets CUDA pick Flash
+    moe: str = "sparse"  # sparse: experts run on their routed tokens only; dense: static shapes (ops_moe.py)
 
     def validate(self) -> None:
         if self.dtype not in FLOAT_TYPES:
@@ -62,6 +63,8 @@ class ExportOptions:
             )
         if self.attention not in ("standard", "contrib"):
             raise SpecError(f"unknown attention op {self.attention!r}", hint="standard | contrib")
+        if self.moe not in ("sparse", "dense"):
+            raise SpecError(f"unknown MoE form {self.moe!r}", hint="sparse | dense")
 
 
 @dataclass

@@ -61,6 +61,7 @@ def export_onnx(
     attention: str = "standard",
     kv_cache: bool = False,
     padding_mask: bool = True,
+    moe: str = "sparse",
     check: bool = True,
     quantize: str | Quantization | None = None,
     block_size: int = 32,
@@ -77,6 +78,8 @@ def export_onnx(
     an optional ``position_ids`` input; by default their positions follow ``attention_mask`` (positions.py).
     ``quantize``: ``int8`` | ``int4`` weight-only quantized linears (quantize.py), blocks of ``block_size``
     input channels, lm_head included unless ``quantize_head=False``.
+    ``moe``: ``sparse`` (each expert runs on its routed tokens) or ``dense`` (every expert on every token:
+    static shapes, no data-dependent ops); see ops_moe.py.
     """
     from ...spec.loader import load_spec
 
@@ -89,6 +92,7 @@ def export_onnx(
         attention=attention,
         kv_cache=kv_cache,
         padding_mask=padding_mask,
+        moe=moe,
     )
     opts.validate()
     quant = _quantization(quantize, block_size, quantize_head, opts.dtype)
@@ -243,4 +247,6 @@ def _metadata(spec: Any, g: LayerGraph, opts: ExportOptions) -> dict[str, str]:
     }
     if opts.kv_cache:
         meta["specc.kv_layout"] = LAYOUT
+    if any(op.kind == "moe" for op in g.ops()):
+        meta["specc.moe"] = opts.moe
     return meta

@@ -36,7 +36,7 @@ class KVCache:
         head = g.outputs.get("logits")
         stack = g.op(head).stack if head else None
         ops = [op for op in g.ops() if op.kind == "attention" and not op.attrs["cross"] and op.stack == stack]
-        if not ops or any(op.attrs["mask"] not in ("causal", "sliding_window", "prefix") for op in ops):
+        if not ops or any(op.attrs["mask"] not in ("causal", "sliding_window", "prefix", "chunked") for op in ops):
             raise SpecError(
                 f"--kv-cache needs a causal decoder; {g.meta.get('name')} ({g.meta.get('family')}) has none",
                 hint="drop --kv-cache for encoders and ViTs",

@@ -2,7 +2,7 @@
 
 A boolean ``keep`` mask broadcastable to ``[B, 1, N_q, N_k]`` (True = attend) is the common form: the
 padding mask ``[B, 1, 1, N_k]`` from ``attention_mask`` (1 = keep) and the structural mask ``[N_q, N_k]``
-for sliding-window and prefix attention. Plain causal masks are never materialised: the standard op's
+for sliding-window, prefix and chunked attention. Plain causal masks are never materialised: the standard op's
 ``is_causal`` (bottom-right aligned with a KV cache) and the contrib ops' built-in causality express them.
 Structure is by index (a left-padded row's tokens keep their distances), except the prefix, which counts each
 row's own positions when they follow the padding mask (positions.py).
@@ -28,13 +28,13 @@ def padding_keep(b: GraphBuilder, pad: str) -> str:
 
 
 def structural_keep(b: GraphBuilder, op: Op, q: str) -> str | None:
-    """Bool [N_q, N_k] for sliding_window / prefix self-attention ([B, 1, N_q, N_k] for a prefix counted in
+    """Bool [N_q, N_k] for sliding_window / prefix / chunked self-attention ([B, 1, N_q, N_k] for a prefix counted in
     positions that follow the padding mask); None for none / padding / causal."""
     a = op.attrs
     kind = a["mask"]
     if kind in ("none", "padding", "causal"):
         return None
-    key = ("struct", kind, a.get("window"), a.get("prefix"), op.stack)
+    key = ("struct", kind, a.get("window"), a.get("prefix"), a.get("chunk"), op.stack)
     if key in b.memo:
         return b.memo[key]
     start, end = span(b, q, op.stack)
@@ -55,6 +55,11 @@ def structural_keep(b: GraphBuilder, op: Op, q: str) -> str | None:
             kpos = b.op("Unsqueeze", [mask_positions(b, mask), b.i64(1, 2)], scope="mask")  # [B, 1, 1, Nk]
         in_prefix = b.op("Less", [kpos, b.const(np.array(int(a["prefix"]), np.int64), "prefix")], scope="mask")
         keep = b.op("Or", [causal, in_prefix], scope="mask")
+    elif kind == "chunked":
+        # causal inside each chunk of `chunk` positions (by index): k // chunk == q // chunk
+        chunk = b.const(np.array(int(a["chunk"]), np.int64), "chunk")
+        same = b.op("Equal", [b.op("Div", [kpos, chunk], scope="mask"), b.op("Div", [qpos, chunk], scope="mask")])
+        keep = b.op("And", [causal, same], scope="mask")
     else:
         raise NotImplementedError(f"mask {kind}")
     b.memo[key] = keep

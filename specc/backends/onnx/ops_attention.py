@@ -5,7 +5,7 @@ RoPE applied beforehand by the opset-23 ``RotaryEmbedding`` op (cos / sin at eac
 the KV cache as ``[B, kv_heads, N, D]``.
 
 Masks (see masks.py): causal → ``is_causal=1`` (standard, bottom-right aligned with a cache) /
-``unidirectional=1`` (MHA) / intrinsic (GQA); sliding_window and prefix → a bool [N_q, N_k] mask (prefix:
+``unidirectional=1`` (MHA) / intrinsic (GQA); sliding_window, chunked and prefix → a bool [N_q, N_k] mask (prefix:
 [B, 1, N_q, N_k] when positions follow the padding mask); padding →
 bool [B, 1, N_q, N_k] from ``attention_mask``, and'ed with the structural mask; the contrib ops take the same
 as an additive ``attention_bias``. GQA / MQA: the standard op takes ``kv_num_heads`` < ``q_num_heads``
@@ -14,8 +14,11 @@ directly; contrib uses GroupQueryAttention (always causal). The scale is the ``s
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import SpecError
 from ...ir.graph import Op
+from ..torch.layers.rope import attention_factor
 from .builder import CONTRIB, GraphBuilder, symbolic
 from .emit import emits
 from .masks import additive, combined_keep
@@ -58,6 +61,7 @@ def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached:
         q_num_heads=a["heads"],
         kv_num_heads=a["kv_heads"],
         scale=float(a["scale"]),
+        softcap=float(a["softcap"]) if a.get("softcap") else None,  # applied before the mask, as torch does
         is_causal=1 if a["mask"] == "causal" else 0,
     )
     return y if isinstance(y, str) else y[0]
@@ -97,6 +101,7 @@ def _contrib(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: 
             num_heads=h,
             kv_num_heads=kv,
             scale=float(a["scale"]),
+            softcap=float(a["softcap"]) if a.get("softcap") else None,
         )
         batch_dim = symbolic(op.shape)[0]
         if not cached:  # unused outputs still need declared shapes for the checker
@@ -109,7 +114,12 @@ def _contrib(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: 
 def check_contrib(op: Op) -> None:
     """GroupQueryAttention (the contrib op for kv_heads < heads) is always causal."""
     a = op.attrs
-    if a["kv_heads"] != a["heads"] and (a["cross"] or a["mask"] not in ("causal", "sliding_window")):
+    if a.get("softcap") and a["kv_heads"] == a["heads"]:
+        raise SpecError(
+            f"{op.name}: com.microsoft MultiHeadAttention has no softcap; this layer caps its scores at {a['softcap']}",
+            hint="export with --attention standard",
+        )
+    if a["kv_heads"] != a["heads"] and (a["cross"] or a["mask"] not in ("causal", "sliding_window", "chunked")):
         raise SpecError(
             f"{op.name}: com.microsoft GroupQueryAttention is always causal; this layer has kv_heads < heads "
             f"with mask {'cross' if a['cross'] else a['mask']}",
@@ -118,22 +128,32 @@ def check_contrib(op: Op) -> None:
 
 
 def rope(b: GraphBuilder, op: Op, x: str, heads: int, source: str) -> str:
-    """Rotate the first ``rope_dims`` dims of each head (GPT-NeoX half split) at this call's position ids
-    (past + arange(N), or following attention_mask: see positions.py). cos / sin [B, N, rope_dims / 2] are
-    computed in-graph from them (fp32, as the torch backend does), so there is no table and no length limit."""
+    """Rotate the first ``rope_dims`` dims of each head (halves, or adjacent pairs when ``rope_interleaved``) at
+    this call's position ids (past + arange(N), or following attention_mask: see positions.py). cos / sin
+    [B, N, rope_dims / 2] are computed in-graph from them (fp32, as the torch backend does, scaled by the
+    scaling's attention factor), so there is no table and no length limit."""
     a = op.attrs
-    dims, theta = a["rope_dims"], float(a["rope_theta"])
-    key = ("rope", op.stack, dims, theta)
+    dims, theta, scaling = a["rope_dims"], float(a["rope_theta"]), a.get("rope_scaling")
+    key = ("rope", op.stack, dims, theta, repr(scaling))
     if key not in b.memo:
         pos = position_ids(b, source, op.stack)  # [B or 1, N]
-        ang = angles(b, pos, rope_inv_freq(dims, theta), "rope")  # [B or 1, N, dims / 2]
+        ang = angles(b, pos, rope_inv_freq(b, pos, dims, theta, scaling), "rope")  # [B or 1, N, dims / 2]
         batch = b.op("Concat", [b.dim(source, 0), b.i64(1, 1)], scope="rope", axis=0)  # [B, 1, 1]
+        scale = attention_factor(scaling)
         tables = []
         for fn in ("Cos", "Sin"):
-            t = to_model_dtype(b, b.op(fn, [ang], scope="rope"), "rope")
-            tables.append(b.op("Expand", [t, batch], scope="rope"))
+            t = b.op(fn, [ang], scope="rope")
+            if scale != 1.0:
+                t = b.op("Mul", [t, b.const(np.array(scale, np.float32), "rope_scale", np.float32)], scope="rope")
+            tables.append(b.op("Expand", [to_model_dtype(b, t, "rope"), batch], scope="rope"))
         b.memo[key] = tuple(tables)
     cos, sin = b.memo[key]
+    interleaved = 1 if a.get("rope_interleaved") else 0
     return b.op(
-        "RotaryEmbedding", [x, cos, sin], scope=op.name, num_heads=heads, rotary_embedding_dim=dims, interleaved=0
+        "RotaryEmbedding",
+        [x, cos, sin],
+        scope=op.name,
+        num_heads=heads,
+        rotary_embedding_dim=dims,
+        interleaved=interleaved,
     )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...ir.graph import Op
 from .builder import GraphBuilder
 from .emit import emits
+from .fuse import mark_residual, skip_norm
 
 
 def weight_t(b: GraphBuilder, name: str, perm: tuple[int, ...] = (1, 0)) -> str:
@@ -44,19 +47,37 @@ def make_layernorm(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     ins = [xs[0], b.param(f"{op.name}.weight")]
     if op.attrs.get("bias"):
         ins.append(b.param(f"{op.name}.bias"))
-    return b.op("LayerNormalization", ins, scope=op.name, axis=-1, epsilon=float(op.attrs["eps"]))
+    fused = skip_norm(b, op, xs[0], ins[1], ins[2] if len(ins) > 2 else None, float(op.attrs["eps"]), rms=False)
+    return fused or b.op("LayerNormalization", ins, scope=op.name, axis=-1, epsilon=float(op.attrs["eps"]))
+
+
+def _rms_weight(b: GraphBuilder, op: Op) -> str:
+    """The norm's scale: its weight, or (1 + weight) for a unit-offset RMSNorm (ORT folds the constant add)."""
+    w = b.param(f"{op.name}.weight")
+    return b.op("Add", [w, b.const(np.array(1.0), "one")], scope=op.name) if op.attrs.get("unit_offset") else w
 
 
 @emits("rmsnorm")
 def make_rmsnorm(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     # RMSNormalization is an opset-23 op (stash_type 1: computed in fp32 for fp16/bf16 models).
-    return b.op(
-        "RMSNormalization",
-        [xs[0], b.param(f"{op.name}.weight")],
-        scope=op.name,
-        axis=-1,
-        epsilon=float(op.attrs["eps"]),
-    )
+    w = _rms_weight(b, op)
+    fused = skip_norm(b, op, xs[0], w, None, float(op.attrs["eps"]), rms=True)
+    return fused or b.op("RMSNormalization", [xs[0], w], scope=op.name, axis=-1, epsilon=float(op.attrs["eps"]))
+
+
+@emits("slice_rmsnorm")
+def make_slice_rmsnorm(b: GraphBuilder, op: Op, xs: list[str]) -> str:
+    """QK-norm on a packed [B, N, F] projection: split off the slice, normalise it in groups of ``dim``, rejoin."""
+    a = op.attrs
+    start, width, total = a["start"], a["width"], op.shape[-1]
+    sizes = [n for n in (start, width, total - start - width) if n]
+    parts = b.op("Split", [xs[0], b.i64(*sizes)], scope=op.name, outputs=len(sizes), axis=-1)
+    parts = [parts] if isinstance(parts, str) else list(parts)
+    i = 1 if start else 0
+    grouped = b.op("Reshape", [parts[i], b.i64(0, 0, -1, a["dim"])], scope=op.name)
+    normed = b.op("RMSNormalization", [grouped, _rms_weight(b, op)], scope=op.name, axis=-1, epsilon=float(a["eps"]))
+    parts[i] = b.op("Reshape", [normed, b.i64(0, 0, width)], scope=op.name)
+    return parts[0] if len(parts) == 1 else b.op("Concat", parts, scope=op.name, axis=-1)
 
 
 @emits("activation")
@@ -71,7 +92,25 @@ def make_glu(b: GraphBuilder, op: Op, xs: list[str]) -> str:
 
 @emits("add")
 def make_add(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    return b.op("Add", xs[:2], scope=op.name)
+    y = b.op("Add", xs[:2], scope=op.name)
+    mark_residual(b, y)  # a norm reading it may fuse with it (fuse.skip_norm)
+    return y
+
+
+@emits("scale")
+def make_scale(b: GraphBuilder, op: Op, xs: list[str]) -> str:
+    return b.op("Mul", [xs[0], b.const(np.array(float(op.attrs["factor"])), "factor")], scope=op.name)
+
+
+@emits("softcap")
+def make_softcap(b: GraphBuilder, op: Op, xs: list[str]) -> str:
+    cap = b.const(np.array(float(op.attrs["cap"])), "cap")
+    return b.op("Mul", [b.op("Tanh", [b.op("Div", [xs[0], cap], scope=op.name)], scope=op.name), cap], scope=op.name)
+
+
+@emits("sigmoid_gate")
+def make_sigmoid_gate(b: GraphBuilder, op: Op, xs: list[str]) -> str:
+    return b.op("Mul", [b.op("Sigmoid", [xs[1]], scope=op.name), xs[0]], scope=op.name)
 
 
 @emits("dropout")

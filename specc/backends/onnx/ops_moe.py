@@ -1,51 +1,126 @@
-"""Mixture of experts: top-A routing with softmax gates, experts as batched MatMuls over [E, out, in] weights.
+"""Mixture of experts: softmax → top-A routing (renormalised or not), experts over [E, out, in] weights.
 
-Every expert runs on every token and the gates (zero outside each token's top-A) weight the sum: exact,
-static-shaped and fast for the small token counts of inference, at E/A times the FLOPs of sparse dispatch.
+Two forms, chosen by ``ExportOptions.moe``:
+- ``sparse`` (default): each expert runs only on the tokens routed to it. Per expert, ``NonZero`` picks the
+  (token, slot) assignments that chose it and ``Gather`` their rows; the expert's outputs are concatenated,
+  put back in (token, slot) order by one ``ScatterND``, weighted by the gates and summed over the slots.
+  Shapes stay dynamic (any B, N, and decode steps where most experts get no token: they run on 0 rows).
+  FLOPs: A/E of the dense form's expert FLOPs.
+- ``dense``: every expert runs on every token and gates that are zero outside each token's top-A weight the
+  sum. Static shapes and no data-dependent ops (``NonZero``), for runtimes and compilers that need them, at
+  E/A times the expert FLOPs.
+
 Gates come from ``exp(logit - logsumexp)`` (over all experts, or over the top-A when renormalised, which
-equals softmax → top-A → renormalise) so the graph has no Softmax node to confuse with attention.
+equals softmax → top-A → renormalise), computed in fp32 as the torch layer does, so the graph has no Softmax
+node to confuse with attention. Per-expert weights are ``Gather``s of the [E, out, in] initializers (which keep
+their IR names); onnxruntime folds them into constants at session creation and pre-packs them for MatMul.
 """
 
 from __future__ import annotations
+
+from onnx import TensorProto
 
 from ...ir.graph import Op
 from .builder import GraphBuilder
 from .emit import emits
 from .ops_dense import activation, weight_t
 
+MOE_FORMS = ("sparse", "dense")
 
-def _experts_linear(b: GraphBuilder, op: Op, x: str, w: str, bias: str | None) -> str:
-    """x [1|E, T, in] @ W[e]ᵀ (+ b[e]) → [E, T, out]."""
+
+def _route(b: GraphBuilder, op: Op, logits: str) -> tuple[str, str]:
+    """Router logits → (gates [T, A] in the export dtype, expert indices [T, A] int64)."""
+    a = op.attrs
+    scores = b.op("Reshape", [logits, b.i64(-1, a["experts"])], scope=op.name)  # [T, E]
+    if b.ftype != TensorProto.FLOAT:
+        scores = b.op("Cast", [scores], scope=op.name, to=TensorProto.FLOAT)  # torch routes in fp32
+    top, idx = b.op("TopK", [scores, b.i64(a["active"])], scope=op.name, outputs=2, axis=-1, largest=1, sorted=1)
+    norm = top if a.get("normalize", True) else scores
+    lse = b.op("ReduceLogSumExp", [norm, b.i64(-1)], scope=op.name, keepdims=1)
+    gates = b.op("Exp", [b.op("Sub", [top, lse], scope=op.name)], scope=op.name)
+    if b.ftype != TensorProto.FLOAT:
+        gates = b.op("Cast", [gates], scope=op.name, to=b.ftype)
+    return gates, idx
+
+
+def _expert_param(b: GraphBuilder, op: Op, name: str, e: int, transpose: bool) -> str:
+    """Expert ``e``'s slice of an [E, ...] parameter (a weight transposed to [in, out] for MatMul)."""
+    key = ("moe", op.name, name, e)
+    if key not in b.memo:
+        full = f"{op.name}.{name}"
+        w = b.op("Gather", [b.param(full), b.scalar_i64(e)], scope=f"{full}.{e}", axis=0)
+        b.memo[key] = b.op("Transpose", [w], scope=f"{full}.{e}", perm=[1, 0]) if transpose else w
+    return b.memo[key]
+
+
+def _linear_e(b: GraphBuilder, op: Op, x: str, e: int, w: str, bias: str) -> str:
+    y = b.op("MatMul", [x, _expert_param(b, op, w, e, transpose=True)], scope=f"{op.name}.{e}")
+    if op.attrs.get("bias"):
+        y = b.op("Add", [y, _expert_param(b, op, bias, e, transpose=False)], scope=f"{op.name}.{e}")
+    return y
+
+
+def _expert(b: GraphBuilder, op: Op, x: str, e: int) -> str:
+    """Expert ``e`` on rows x [n, D] → [n, D]."""
+    fn, scope = op.attrs["activation"], f"{op.name}.{e}"
+    if op.attrs["expert"] == "swiglu":
+        gate = activation(b, _linear_e(b, op, x, e, "w_gate", "b_gate"), fn, scope)
+        hidden = b.op("Mul", [gate, _linear_e(b, op, x, e, "w_up", "b_up")], scope=scope)
+        return _linear_e(b, op, hidden, e, "w_down", "b_down")
+    hidden = activation(b, _linear_e(b, op, x, e, "w_in", "b_in"), fn, scope)
+    return _linear_e(b, op, hidden, e, "w_out", "b_out")
+
+
+def _sparse(b: GraphBuilder, op: Op, tokens: str, gates: str, idx: str) -> str:
+    """Σ_slots gate · expert(token), each expert on its routed rows only → [T, D]."""
+    k, d = op.attrs["active"], op.attrs["dim"]
+    flat = b.op("Reshape", [idx, b.i64(-1)], scope=op.name)  # [T·A]: assignment t·A + slot → expert
+    outs, slots = [], []
+    for e in range(op.attrs["experts"]):
+        chose = b.op("Equal", [flat, b.const(e, f"e{e}", dtype="int64")], scope=f"{op.name}.{e}")
+        where = b.op("Reshape", [b.op("NonZero", [chose], scope=f"{op.name}.{e}"), b.i64(-1)], scope=f"{op.name}.{e}")
+        rows = where if k == 1 else b.op("Div", [where, b.const(k, f"k{k}", dtype="int64")], scope=f"{op.name}.{e}")
+        outs.append(_expert(b, op, b.op("Gather", [tokens, rows], scope=f"{op.name}.{e}", axis=0), e))
+        slots.append(where)
+    routed = b.op("Concat", outs, scope=op.name, axis=0)  # [T·A, D], grouped by expert
+    where = b.op("Unsqueeze", [b.op("Concat", slots, scope=op.name, axis=0), b.i64(-1)], scope=op.name)
+    blank = b.op("Expand", [b.const(0.0, "zero"), b.op("Shape", [routed], scope=op.name)], scope=op.name)
+    ordered = b.op("ScatterND", [blank, where, routed], scope=op.name)  # back to (token, slot) order
+    per_slot = b.op("Reshape", [ordered, b.i64(-1, k, d)], scope=op.name)  # [T, A, D]
+    weighted = b.op("Mul", [per_slot, b.op("Unsqueeze", [gates, b.i64(-1)], scope=op.name)], scope=op.name)
+    return b.op("ReduceSum", [weighted, b.i64(1)], scope=op.name, keepdims=0)
+
+
+def _experts_linear(b: GraphBuilder, op: Op, x: str, w: str, bias: str) -> str:
+    """Dense form: x [1|E, T, in] @ W[e]ᵀ (+ b[e]) → [E, T, out]."""
     y = b.op("MatMul", [x, weight_t(b, f"{op.name}.{w}", (0, 2, 1))], scope=op.name)
-    if bias:
+    if op.attrs.get("bias"):
         y = b.op("Add", [y, b.op("Unsqueeze", [b.param(f"{op.name}.{bias}"), b.i64(1)], scope=op.name)])
     return y
 
 
+def _dense(b: GraphBuilder, op: Op, tokens: str, gates: str, idx: str) -> str:
+    """Every expert on every token, gates zero outside the top-A → [T, D]."""
+    a = op.attrs
+    x = b.op("Unsqueeze", [tokens, b.i64(0)], scope=op.name)  # [1, T, D]
+    if a["expert"] == "swiglu":
+        gate = activation(b, _experts_linear(b, op, x, "w_gate", "b_gate"), a["activation"], op.name)
+        hidden = b.op("Mul", [gate, _experts_linear(b, op, x, "w_up", "b_up")], scope=op.name)
+        y = _experts_linear(b, op, hidden, "w_down", "b_down")
+    else:
+        hidden = activation(b, _experts_linear(b, op, x, "w_in", "b_in"), a["activation"], op.name)
+        y = _experts_linear(b, op, hidden, "w_out", "b_out")  # [E, T, D]
+    shape = b.op("Concat", [b.dim(idx, 0), b.i64(a["experts"])], scope=op.name, axis=0)
+    blank = b.op("Expand", [b.const(0.0, "zero"), shape], scope=op.name)  # [T, E] zeros
+    dense = b.op("ScatterElements", [blank, idx, gates], scope=op.name, axis=1)
+    dense = b.op("Unsqueeze", [b.op("Transpose", [dense], scope=op.name, perm=[1, 0]), b.i64(2)])  # [E, T, 1]
+    return b.op("ReduceSum", [b.op("Mul", [y, dense], scope=op.name), b.i64(0)], scope=op.name, keepdims=0)
+
+
 @emits("moe")
 def make_moe(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    a = op.attrs
     x, logits = xs
-    e, d, k = a["experts"], a["dim"], a["active"]
-    has_bias = bool(a.get("bias"))
-    tokens = b.op("Reshape", [x, b.i64(1, -1, d)], scope=op.name)  # [1, T, D]
-    if a["expert"] == "swiglu":
-        gate = _experts_linear(b, op, tokens, "w_gate", "b_gate" if has_bias else None)
-        up = _experts_linear(b, op, tokens, "w_up", "b_up" if has_bias else None)
-        hidden = b.op("Mul", [activation(b, gate, a["activation"], op.name), up], scope=op.name)
-        y = _experts_linear(b, op, hidden, "w_down", "b_down" if has_bias else None)
-    else:
-        hidden = activation(
-            b, _experts_linear(b, op, tokens, "w_in", "b_in" if has_bias else None), a["activation"], op.name
-        )
-        y = _experts_linear(b, op, hidden, "w_out", "b_out" if has_bias else None)  # [E, T, D]
-
-    scores = b.op("Reshape", [logits, b.i64(-1, e)], scope=op.name)  # [T, E]
-    top, idx = b.op("TopK", [scores, b.i64(k)], scope=op.name, outputs=2, axis=-1, largest=1, sorted=1)
-    norm = top if a.get("normalize", True) else scores
-    lse = b.op("ReduceLogSumExp", [norm, b.i64(-1)], scope=op.name, keepdims=1)
-    gates = b.op("Exp", [b.op("Sub", [top, lse], scope=op.name)], scope=op.name)  # [T, A]
-    dense = b.op("ScatterElements", [b.op("Mul", [scores, b.const(0.0, "zero")]), idx, gates], scope=op.name, axis=1)
-    dense = b.op("Unsqueeze", [b.op("Transpose", [dense], scope=op.name, perm=[1, 0]), b.i64(2)])  # [E, T, 1]
-    mixed = b.op("ReduceSum", [b.op("Mul", [y, dense], scope=op.name), b.i64(0)], scope=op.name, keepdims=0)
+    tokens = b.op("Reshape", [x, b.i64(-1, op.attrs["dim"])], scope=op.name)  # [T, D]
+    gates, idx = _route(b, op, logits)
+    mixed = (_dense if b.opts.moe == "dense" else _sparse)(b, op, tokens, gates, idx)
     return b.op("Reshape", [mixed, b.op("Shape", [x], scope=op.name)], scope=op.name)

@@ -23,6 +23,7 @@ from .build import as_graph
 from .checkpoint import _spec_model, compile_checkpoint
 from .codegen import model_source
 from .layers import FILES
+from .standalone_names import names_source
 
 LAYERS = Path(__file__).parent / "layers"
 
@@ -54,7 +55,7 @@ def _definitions() -> tuple[dict[str, tuple[str, str, set[str]]], dict[str, list
 
 
 def _short_docstrings(text: str, node: ast.stmt) -> str:
-    """A definition's source, its functions' docstrings dropped and its classes' cut to their first sentence:
+    """A definition's source without its docstrings (a class that holds nothing else keeps its first sentence):
     the library's documentation lives in specc; model.py stays short."""
     lines = text.splitlines()[node.lineno - 1 : node.end_lineno]
     cut: list[tuple[int, int, list[str]]] = []
@@ -67,7 +68,7 @@ def _short_docstrings(text: str, node: ast.stmt) -> str:
             continue
         indent = lines[doc.lineno - node.lineno][: doc.col_offset]
         keep: list[str] = []
-        if isinstance(sub, ast.ClassDef):
+        if isinstance(sub, ast.ClassDef) and len(body) == 1:
             first = " ".join(doc.value.value.split()).split(". ")[0].rstrip(".")
             keep = [f'{indent}"""{first}."""'] if len(indent) + len(first) < 112 else []
         if len(body) == 1 and not keep:
@@ -132,7 +133,8 @@ def model_py_source(spec: Any, weights_file: str | None) -> str:
     graph = as_graph(spec)
     src = model_source(graph)
     name = graph.meta.get("name", "model")
-    imports, library = library_source((*src.library, "Model"))
+    names = names_source(graph)  # Hugging Face checkpoint names, where a family fits
+    imports, library = library_source((*src.library, "Model", *(["from_hf"] if names else [])))
     base = [
         "import torch",
         "import torch.nn.functional as F",
@@ -141,25 +143,22 @@ def model_py_source(spec: Any, weights_file: str | None) -> str:
     ]
 
     usage = {
-        "causal_lm": "logits = model(input_ids)                  # [B, N, vocab]\n"
-        "    tokens = model.generate(input_ids, 20)     # KV cache; temperature / top_k / top_p / seed",
-        "seq2seq": "logits = model(input_ids, decoder_input_ids)\n    tokens = model.generate(input_ids, 20)",
-        "image_classification": "logits = model(pixel_values)                # [B, classes]",
-    }.get(graph.meta["task"], "out = model(input_ids)                      # a dict of outputs")
+        "causal_lm": "logits = model(input_ids); tokens = model.generate(input_ids, 20)  # KV cache, sampling options",
+        "seq2seq": "logits = model(input_ids, decoder_input_ids); tokens = model.generate(input_ids, 20)",
+        "image_classification": "logits = model(pixel_values)  # [B, classes]",
+    }.get(graph.meta["task"], "out = model(input_ids)  # a dict of outputs")
+    usage = f"model = build(); {usage}"
+    hf = " or Hugging Face" if names else ""
     header = f'''"""{name}, written by specc {__version__}: the layers it uses, then one class per kind of block.
-It needs torch (safetensors for weights), not specc; state-dict keys are specc's checkpoint names.
-
-    model = build()                             # weights: WEIGHTS, or the seeded initialisation
-    {usage}
+Needs torch (safetensors for weights), not specc. build() loads WEIGHTS (specc{hf} names) or seeds them:
+{usage}
 """
 
 '''
-    header += """from __future__ import annotations
-
-"""
+    load = "from_hf(model, tensors, HF_NAMES, HOW, HF_TIED)" if names else "tensors"
     tail = f'''
 
-WEIGHTS = {weights_file!r}  # safetensors beside this file (specc names), or None for the seeded initialisation
+{names}WEIGHTS = {weights_file!r}  # safetensors beside this file, or None for the seeded initialisation
 DTYPES = {{"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}}
 
 
@@ -169,10 +168,11 @@ def build(weights: str | None = WEIGHTS, device: str | None = None, dtype: str |
     with torch.device("meta"):
         model = {src.root}().to(dt)
     if weights is None:
-        model.to_empty(device=device).init_weights()
-    else:
-        from safetensors.torch import load_file
-        model.load_state_dict(load_file(str(Path(__file__).resolve().parent / weights), device=device), assign=True)
+        return model.to_empty(device=device).init_weights().eval()
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(Path(__file__).resolve().parent / weights), device=device)
+    model.load_state_dict({load}, assign=True)
     return model.to(dt).eval()
 '''
     used = library + src.body + tail

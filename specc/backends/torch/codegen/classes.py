@@ -16,6 +16,7 @@ SCOPE_CLASS_NAMES = {
     "attn": "Attention",
     "cross_attn": "CrossAttentionLayer",
     "mlp": "MLP",
+    "shared": "SharedExpert",
     "encoder": "Encoder",
     "decoder": "Decoder",
     "pooler": "Pooler",

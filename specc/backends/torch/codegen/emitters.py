@@ -97,7 +97,7 @@ _emits("linear", call=_linear_call, ctor=_linear_ctor, structural=("bias", "tied
 def _embedding_call(op: Op, c: Call) -> str:
     scale = float(op.attrs.get("scale", 1.0))
     x = f"F.embedding({c.args[0]}, {c.weight})" if op.attrs.get("tied_to") else _module_call(op, c)
-    return x if scale == 1.0 else f"{x} * {scale!r}"
+    return x if scale == 1.0 else f"scaled({x}, {scale!r})"  # the scale rounded to the model's dtype
 
 
 _emits(
@@ -154,7 +154,21 @@ _emits(
     structural=("bias",),
     ctor=lambda op, a: f"nn.LayerNorm({a('dim')}, eps={a('eps')}{'' if op.attrs.get('bias') else ', bias=False'})",
 )
-_emits("rmsnorm", call=_module_call, ctor=lambda op, a: f"RMSNorm({a('dim')}, eps={a('eps')})")
+_emits(
+    "rmsnorm",
+    call=_module_call,
+    structural=("unit_offset",),
+    ctor=lambda op, a: f"{'OffsetRMSNorm' if op.attrs.get('unit_offset') else 'RMSNorm'}({a('dim')}, eps={a('eps')})",
+)
+_emits(
+    "slice_rmsnorm",
+    call=_module_call,
+    structural=("unit_offset",),
+    ctor=lambda op, a: (
+        f"SliceRMSNorm({a('dim')}, {a('start')}, {a('width')}, eps={a('eps')}"
+        f"{', unit_offset=True' if op.attrs.get('unit_offset') else ''})"
+    ),
+)
 _emits("activation", call=_module_call, ctor=lambda op, a: ACTIVATION_MODULES[op.attrs["fn"]], structural=("fn",))
 _emits(
     "glu",
@@ -172,6 +186,14 @@ def _add_call(op: Op, c: Call) -> str:
 
 
 _emits("add", call=_add_call, structural=("dropout",), depth=0)
+_emits("scale", call=lambda op, c: f"{c.args[0]} * {float(op.attrs['factor'])!r}", structural=("factor",), depth=0)
+_emits(
+    "softcap",
+    call=lambda op, c: f"torch.tanh({c.args[0]} / {float(op.attrs['cap'])!r}) * {float(op.attrs['cap'])!r}",
+    structural=("cap",),
+    depth=1,
+)
+_emits("sigmoid_gate", call=lambda op, c: f"torch.sigmoid({c.args[1]}) * {c.args[0]}", depth=1)
 _emits(
     "pool",
     call=lambda op, c: f"{c.args[0]}.mean(1)" if op.attrs["mode"] == "mean" else f"{c.args[0]}[:, 0]",
@@ -180,6 +202,8 @@ _emits(
 )
 
 SELF_ATTENTION_DEFAULTS = {"mask": "causal", "scale": None, "window": None, "prefix": None, "dropout": 0.0}
+SELF_ATTENTION_DEFAULTS["chunk"] = None
+ROTARY_DEFAULTS = {"rope_scaling": None, "rope_interleaved": False}
 
 
 def _attention_ctor(op: Op, a: Attr) -> str:
@@ -189,7 +213,13 @@ def _attention_ctor(op: Op, a: Attr) -> str:
         return f"CrossAttention({head}{_kwargs(a, op, defaults)})"
     defaults = dict(SELF_ATTENTION_DEFAULTS)
     defaults["scale"] = 1.0 / op.attrs["head_dim"] ** 0.5  # written only when it is not 1/√head_dim
-    rope = f", rope=Rotary({a('rope_dims')}, {a('rope_theta')})" if op.attrs.get("rope_dims") else ""
+    rope = ""
+    if op.attrs.get("rope_dims"):
+        extra = _kwargs(a, op, ROTARY_DEFAULTS).replace(", rope_scaling=", ", scaling=")
+        extra = extra.replace(", rope_interleaved=", ", interleaved=")
+        rope = f", rope=Rotary({a('rope_dims')}, {a('rope_theta')}{extra})"
+    if op.attrs.get("softcap"):  # SDPA cannot cap scores: the explicit-softmax layer
+        return f"SoftcapAttention({head}{_kwargs(a, op, defaults)}{rope}, softcap={a('softcap')})"
     return f"SelfAttention({head}{_kwargs(a, op, defaults)}{rope})"
 
 
@@ -205,8 +235,8 @@ _emits(
     "attention",
     call=_attention_call,
     ctor=_attention_ctor,
-    structural=("cross", "padding"),
-    variant=lambda op: bool(op.attrs.get("rope_dims")),
+    structural=("cross", "padding", "mask"),  # layers of differing masks (layer kinds) get their own classes
+    variant=lambda op: (bool(op.attrs.get("rope_dims")), bool(op.attrs.get("softcap"))),
     state=lambda op: not op.attrs.get("cross"),
 )
 

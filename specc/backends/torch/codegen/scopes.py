@@ -126,9 +126,20 @@ def _wire(scope: Scope, consumers: dict[str, list[str]], graph_outputs: set[str]
 # ----------------------------------------------------------------------------------------- classes
 
 
+LOGIT_TRANSFORMS = ("scale", "softcap")  # per-position ops that may follow the head
+
+
+def head_op(graph: LayerGraph) -> str | None:
+    """The op whose input is cut to the last position while decoding: the head before the logit transforms."""
+    name = graph.outputs.get("logits")
+    while name is not None and name in graph.graph and graph.op(name).kind in LOGIT_TRANSFORMS:
+        name = graph.op(name).inputs[0]
+    return name
+
+
 def signatures(scope: Scope, graph: LayerGraph, dynamic: set[str]) -> None:
     """Fill ``sig`` (structure + wiring), ``needs_state`` and ``static`` bottom-up."""
-    logits = graph.outputs.get("logits") if dynamic else None  # cut to the last position while decoding
+    logits = head_op(graph) if dynamic else None  # cut to the last position while decoding
     for unit in scope.units:
         if unit.scope is not None:
             signatures(unit.scope, graph, dynamic)

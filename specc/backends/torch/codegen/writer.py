@@ -8,7 +8,7 @@ from typing import Any
 from ....ir.graph import LayerGraph
 from .classes import ClassPlan
 from .emitters import EMITTERS, Call, lit
-from .scopes import Scope, Unit, flat_attrs
+from .scopes import Scope, Unit, flat_attrs, head_op
 
 MAX_INLINE_DEPTH = 2  # nested calls per expression: x = x + self.attn(self.norm1(x)) and no deeper
 MAX_INLINE_CHARS = 64
@@ -31,6 +31,7 @@ class Writer:
         self.graph, self.plans, self.root = graph, plans, root
         self.positions_follow = positions_follow
         self.generates = generates  # only generating models need the last-position cut before their head
+        self.head = head_op(graph)
         self.by_scope = {id(m): p for p in plans.values() for m in p.members}
         for plan in plans.values():
             self._name_inputs(plan)
@@ -227,7 +228,7 @@ class Body:
         if unit.op is not None:
             op, e = unit.op, EMITTERS[unit.op.kind]
             vals = [self.value(v) for v in op.inputs]
-            if op.name == self.w.graph.outputs.get("logits") and self.w.generates:
+            if op.name == self.w.head and self.w.generates:
                 vals[0] = (f"last_positions({vals[0][0]}, state)", vals[0][1] + 1)
             if op.kind == "linear" and self._feeds_jittered_router(op.name):
                 vals[0] = (f"self.{self._router_owner(op.name)}.route({vals[0][0]})", vals[0][1] + 1)

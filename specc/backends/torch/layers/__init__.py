@@ -6,7 +6,7 @@ compile --target python`` copies the definitions a model uses into its standalon
 
 from __future__ import annotations
 
-from .attention import AttentionCore, CrossAttention, Rotary, SelfAttention
+from .attention import AttentionCore, CrossAttention, SelfAttention, SoftcapAttention
 from .embed import (
     ClsToken,
     LearnedPositions,
@@ -17,17 +17,20 @@ from .embed import (
     SinusoidalPositions2d,
     TiedLinear,
     TypeEmbedding,
+    scaled,
     sinusoids,
 )
 from .extras import SpeccModel, generate, math_attention
 from .generation import GenerationError, pick_tokens
 from .model import Model
 from .moe import MoE
+from .norms import OffsetRMSNorm, SliceRMSNorm
 from .rnn import RNNDecoder, rnn_states
+from .rope import Rotary
 from .state import KVCache, State, last_positions, reuse
 
 # Files in dependency order: model.py inlines the definitions it uses in this order (never ``extras``).
-FILES = ("state", "attention", "embed", "moe", "rnn", "generation", "model")
+FILES = ("state", "rope", "attention", "embed", "norms", "moe", "rnn", "generation", "model", "hf")
 
 __all__ = [
     "AttentionCore",
@@ -39,6 +42,7 @@ __all__ = [
     "LearnedPositions2d",
     "MoE",
     "Model",
+    "OffsetRMSNorm",
     "PatchEmbed",
     "RMSNorm",
     "RNNDecoder",
@@ -46,6 +50,8 @@ __all__ = [
     "SelfAttention",
     "SinusoidalPositions",
     "SinusoidalPositions2d",
+    "SliceRMSNorm",
+    "SoftcapAttention",
     "SpeccModel",
     "State",
     "TiedLinear",
@@ -56,5 +62,6 @@ __all__ = [
     "pick_tokens",
     "reuse",
     "rnn_states",
+    "scaled",
     "sinusoids",
 ]

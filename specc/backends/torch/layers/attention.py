@@ -8,6 +8,8 @@ replaces SDPA.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -15,37 +17,10 @@ from torch import Tensor, nn
 from .state import State
 
 
-class Rotary(nn.Module):
-    """RoPE on the first ``dims`` dims of each q/k head (GPT-NeoX half split), cos/sin built once per call."""
-
-    def __init__(self, dims: int, theta: float = 10000.0):
-        super().__init__()
-        self.dims, self.theta = dims, theta
-
-    def forward(self, q: Tensor, k: Tensor, state: State | None) -> tuple[Tensor, Tensor]:
-        key = ("rope", self.dims, self.theta, q.dtype)
-        if state is None or key not in state.memo:
-            pos = (state or State()).positions(q.shape[2], q.device).float()
-            inv = self.theta ** (-torch.arange(0, self.dims, 2, device=q.device, dtype=torch.float32) / self.dims)
-            angles = pos[:, None, :, None] * inv  # [B | 1, 1, N, dims / 2]
-            tables = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
-            if state is None:
-                return self.rotate(q, *tables), self.rotate(k, *tables)
-            state.memo[key] = tables
-        return self.rotate(q, *state.memo[key]), self.rotate(k, *state.memo[key])
-
-    def rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        x1, x2, rest = x[..., : self.dims // 2], x[..., self.dims // 2 : self.dims], x[..., self.dims :]
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest), -1)
-
-    def extra_repr(self) -> str:
-        return f"dims={self.dims}, theta={self.theta:g}"
-
-
 class AttentionCore(nn.Module):
     """Heads [B, H, N, D] → merged [B, N, H·D] through SDPA (or a ``kernel`` set by specc: explicit softmax)."""
 
-    mask, window, prefix = "none", None, None  # padding comes from attention_mask alone
+    mask, window, prefix, chunk = "none", None, None, None  # padding comes from attention_mask alone
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, scale: float | None = None, dropout: float = 0.0):
         super().__init__()
@@ -59,7 +34,7 @@ class AttentionCore(nn.Module):
         """(boolean mask [B | 1, 1, N_q, N_k] or None, is_causal), built once per call."""
         mask, window, prefix = "none" if self.mask == "padding" else self.mask, self.window, self.prefix
         offset = state.offset if state is not None else 0
-        key = ("mask", mask, window, prefix, pad is None)
+        key = ("mask", mask, window, prefix, self.chunk, pad is None)
         if state is not None and key in state.memo:
             return state.memo[key]
         if pad is None and (mask == "none" or (mask == "causal" and n_q == 1)):
@@ -78,6 +53,8 @@ class AttentionCore(nn.Module):
                 allowed = (k <= q) & (k > q - (window or 0))  # `window` keys back, self included
             elif mask == "prefix":
                 allowed = k <= q.clamp(min=(prefix or 0) - 1)  # the prefix sees itself whole; the rest is causal
+            elif mask == "chunked":
+                allowed = (k <= q) & (k // self.chunk == q // self.chunk)  # causal inside each chunk of positions
             else:
                 allowed = torch.ones_like(k <= q)
             allowed = allowed if allowed.dim() == 4 else allowed[None, None]
@@ -100,7 +77,7 @@ class AttentionCore(nn.Module):
 
     def extra_repr(self) -> str:
         kv = f", kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
-        extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("mask", "window", "prefix") if getattr(self, k, None))
+        extra = "".join(f", {k}={v!r}" for k in ("mask", "window", "prefix", "chunk") if (v := getattr(self, k, None)))
         return f"heads={self.heads}{kv}, head_dim={self.head_dim}{extra}"
 
 
@@ -108,9 +85,9 @@ class SelfAttention(AttentionCore):
     """softmax(q kᵀ · scale + mask) v over a packed qkv projection, with RoPE and the KV cache."""
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, mask="causal", scale=None, window=None, prefix=None,
-                 rope: nn.Module | None = None, dropout=0.0):  # fmt: skip
+                 rope: nn.Module | None = None, dropout=0.0, chunk=None):  # fmt: skip
         super().__init__(heads, kv_heads, head_dim, scale, dropout)
-        self.mask, self.window, self.prefix, self.rope = mask, window, prefix, rope
+        self.mask, self.window, self.prefix, self.rope, self.chunk = mask, window, prefix, rope, chunk
 
     def forward(self, qkv: Tensor, attention_mask: Tensor | None = None, state: State | None = None) -> Tensor:
         b, n, _ = qkv.shape
@@ -121,6 +98,42 @@ class SelfAttention(AttentionCore):
             k, v = state.cache.update(self, k, v)
         m, causal = self.mask_for(n, k.shape[2], attention_mask, state, q.device)
         return self.attend(q, k, v, m, causal)
+
+
+def math_attention(
+    core: AttentionCore, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float
+) -> tuple[Tensor, Tensor]:
+    """softmax(cap(q kᵀ · scale) + mask) v, explicitly: (output, probabilities [B, H, N_q, N_k]); cap is
+    softcap · tanh(s / softcap) when the core has a ``softcap``, applied before the mask."""
+    if k.shape[1] != q.shape[1]:  # GQA: query head j reads kv head j // group, as SDPA's enable_gqa does
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], 1)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * core.scale
+    cap = getattr(core, "softcap", None)
+    if cap:
+        scores = torch.tanh(scores / cap) * cap
+    if causal:
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = scores.float().softmax(-1).to(q.dtype)
+    return torch.matmul(F.dropout(probs, p, True) if p else probs, v), probs
+
+
+class SoftcapAttention(SelfAttention):
+    """SelfAttention with soft-capped scores, softcap · tanh(scores / softcap) before the mask (Gemma 2).
+
+    SDPA cannot cap scores, so the core runs the explicit softmax (``math_attention``)."""
+
+    def __init__(self, *args: Any, softcap: float, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.softcap = softcap
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        if self.kernel is not None:  # attention maps, FLOP counting: they cap too (math_attention)
+            return super().attend(q, k, v, mask, causal)
+        y = math_attention(self, q, k, v, mask, causal, self.dropout if self.training else 0.0)[0]
+        return y.transpose(1, 2).flatten(2)
 
 
 class CrossAttention(AttentionCore):

@@ -18,6 +18,11 @@ def sinusoids(positions: Tensor, dim: int) -> Tensor:
     return torch.stack((angles.sin(), angles.cos()), -1).flatten(-2)[..., :dim]
 
 
+def scaled(x: Tensor, scale: float) -> Tensor:
+    """x · scale with the scale rounded to x's dtype first (Gemma: embeddings × torch.tensor(√d, dtype))."""
+    return x * x.new_full((), scale)
+
+
 class LearnedPositions(nn.Embedding):
     """x + table[position] (GPT-2, BERT); positions follow the padding mask when the call has one."""
 

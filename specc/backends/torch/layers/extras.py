@@ -10,27 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from .attention import AttentionCore
+from .attention import AttentionCore, math_attention
 from .model import Model
-
-
-def math_attention(
-    core: AttentionCore, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float
-) -> tuple[Tensor, Tensor]:
-    """softmax(q kᵀ · scale + mask) v, explicitly: (output, probabilities [B, H, N_q, N_k])."""
-    if k.shape[1] != q.shape[1]:  # GQA: query head j reads kv head j // group, as SDPA's enable_gqa does
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], 1)
-    scores = torch.matmul(q, k.transpose(-2, -1)) * core.scale
-    if causal:
-        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    probs = scores.float().softmax(-1).to(q.dtype)
-    return torch.matmul(F.dropout(probs, p, True) if p else probs, v), probs
 
 
 def math_kernel(core: AttentionCore, *args: Any) -> Tensor:

@@ -10,9 +10,7 @@ class GenerationError(ValueError):
     """A generation request the model cannot serve, such as one longer than its learned positions."""
 
 
-def pick_tokens(
-    logits: Tensor, temperature: float | None, top_k: int | None, top_p: float | None, generator: torch.Generator | None
-) -> Tensor:
+def pick_tokens(logits: Tensor, temperature: float | None, top_k: int | None, top_p: float | None, gen=None) -> Tensor:
     """Next token per row of logits [B, V]: greedy at temperature 0, else sampled after top-k / top-p."""
     if not temperature:
         return logits.argmax(-1)
@@ -23,4 +21,4 @@ def pick_tokens(
         sorted_logits, order = logits.sort(-1, descending=True)
         probs = sorted_logits.softmax(-1)  # keep the smallest prefix whose mass reaches top_p
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(probs.cumsum(-1) - probs > top_p, -torch.inf))
-    return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+    return torch.multinomial(logits.softmax(-1), 1, generator=gen)[:, 0]

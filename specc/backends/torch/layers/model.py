@@ -6,6 +6,7 @@ import re
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .generation import GenerationError, pick_tokens
@@ -17,20 +18,20 @@ def init_rule(module: nn.Module, local: str) -> str:
     if isinstance(module, nn.RNNBase) or hasattr(module, "cell"):
         return "rnn"
     if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
-        return "ones" if local == "weight" else "zeros"
+        return "ones" if local == "weight" and not getattr(module, "unit_offset", False) else "zeros"
     return "zeros" if local == "bias" or local.startswith("b_") else "normal"
 
 
 class Model(nn.Module):
     """Subclasses set the facts below and define ``forward``."""
 
-    INPUTS: ClassVar[tuple[str, ...]] = ()  # forward's tensor arguments, as the graph names them
-    OUTPUTS: ClassVar[tuple[str, ...]] = ()
+    INPUTS: ClassVar[tuple[str, ...]] = ()  # forward's tensor arguments, as the graph names them (and OUTPUTS)
+    OUTPUTS = INPUTS
     STEP_INPUT: str | None = None  # the input that grows by one token per generated token
     META: ClassVar[dict[str, Any]] = {}  # task, vocab_size, max_positions, init_std, residual_std, seed, ...
     RESIDUAL = r"$^"  # parameters initialised with std / sqrt(2 · layers)
 
-    def init_weights(self) -> None:
+    def init_weights(self) -> nn.Module:
         """Values drawn on the CPU in fp32 from one seeded generator in parameter order: the same everywhere."""
         gen = torch.Generator().manual_seed(int(self.META["seed"]))
         with torch.no_grad():
@@ -46,13 +47,12 @@ class Model(nn.Module):
                         residual = re.match(self.RESIDUAL, f"{owner_name}.{local}".lstrip("."))
                         t.normal_(0.0, self.META["residual_std" if residual else "init_std"], generator=gen)
                     param.copy_(t)
+        return self
 
     def start(self, inputs: dict[str, Tensor | None], max_len: int) -> KVCache:
         """A cache for ``max_len`` tokens, keeping the inputs that do not grow (the source sequence)."""
-        cache = KVCache(max_len)
-        cache.inputs = {
-            k: v for k, v in inputs.items() if k not in (self.STEP_INPUT, self.META.get("positions_follow"))
-        }
+        cache, grows = KVCache(max_len), (self.STEP_INPUT, self.META.get("positions_follow"))
+        cache.inputs = {k: v for k, v in inputs.items() if k not in grows}
         return cache
 
     def step(self, cache: KVCache, tokens: Tensor, **growing: Tensor | None) -> Tensor:
@@ -64,41 +64,38 @@ class Model(nn.Module):
         return logits
 
     @torch.no_grad()  # not inference_mode: the returned ids may feed a model that trains
-    def generate(
-        self, input_ids: Tensor, max_new_tokens: int, attention_mask: Tensor | None = None, **options: Any
-    ) -> Tensor:
+    def generate(self, input_ids: Tensor, max_new_tokens: int, attention_mask: Tensor | None = None, *, seed=None,
+                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                 eos_token_id: int | None = None, use_cache: bool = True, decoder_input_ids: Tensor | None = None,
+                 decoder_start_token_id: int = 1) -> Tensor:  # fmt: skip
         """The sequence with up to ``max_new_tokens`` appended: decoders extend ``input_ids`` (left padding
-        allowed), encoder-decoders ``decoder_input_ids`` (default: ``decoder_start_token_id``, 1). Options:
-        temperature, top_k, top_p, seed (sampling), eos_token_id, use_cache (False: recompute every step)."""
-        known = {"temperature", "top_k", "top_p", "seed", "eos_token_id", "use_cache", "decoder_input_ids",
-                 "decoder_start_token_id"}  # fmt: skip
-        if set(options) - known:
-            raise TypeError(f"generate() got unexpected options {sorted(set(options) - known)}")
-        seq2seq, eos = self.STEP_INPUT == "decoder_input_ids", options.get("eos_token_id")
-        start = input_ids.new_full((len(input_ids), 1), options.get("decoder_start_token_id", 1))
-        prompt = options.get("decoder_input_ids", start) if seq2seq else input_ids
+        allowed), encoder-decoders ``decoder_input_ids`` (default: ``decoder_start_token_id``). Sampling after
+        temperature / top_k / top_p from a generator seeded by ``seed``; use_cache False: recompute every step."""
+        seq2seq, eos = self.STEP_INPUT == "decoder_input_ids", eos_token_id
+        start = input_ids.new_full((len(input_ids), 1), decoder_start_token_id)
+        prompt = (start if decoder_input_ids is None else decoder_input_ids) if seq2seq else input_ids
         (b, n), limit = prompt.shape, self.META.get("max_positions")
         if limit is not None and n + max_new_tokens > limit:
             raise GenerationError(f"{n} prompt + {max_new_tokens} new tokens exceed the {limit} learned positions")
         tokens = torch.cat((prompt, prompt.new_zeros(b, max_new_tokens)), 1)
         fixed = {"input_ids": input_ids, "attention_mask": attention_mask} if seq2seq else {}
-        grow = None if seq2seq or attention_mask is None else attention_mask.new_ones(b, max_new_tokens)
-        mask = None if grow is None else torch.cat((attention_mask, grow), 1)
-        gen = None if options.get("seed") is None else torch.Generator(prompt.device).manual_seed(options["seed"])
+        mask = None if seq2seq or attention_mask is None else F.pad(attention_mask, (0, max_new_tokens), value=1)
+        gen = None if seed is None else torch.Generator(prompt.device).manual_seed(seed)
         done, was_training = torch.zeros(b, dtype=torch.bool, device=prompt.device), self.training
-        cache = self.start(fixed, tokens.shape[1]) if options.get("use_cache", True) else None
+        cache = self.start(fixed, tokens.shape[1]) if use_cache else None
         try:
             self.eval()
             while n < tokens.shape[1] and not (eos is not None and bool(done.all())):
                 grown = {} if mask is None else {"attention_mask": mask[:, :n]}
+                if cache is not None and cache.length <= self.META.get("rebuild_cache_after", n) < n:  # RoPE switch
+                    cache = self.start(fixed, tokens.shape[1])  # every key again, under the new frequencies
                 if cache is not None and n >= self.META.get("prefix", 0):  # a prefix attends both ways: recompute
                     logits = self.step(cache, tokens[:, cache.length : n], **grown)
                 else:
                     logits = self(**{self.STEP_INPUT: tokens[:, :n], **fixed, **grown})
-                nxt = pick_tokens(logits[:, -1], *(options.get(k) for k in ("temperature", "top_k", "top_p")), gen)
-                if eos is not None:
-                    nxt = nxt.masked_fill(done, eos)
-                    done |= nxt == eos
+                nxt = pick_tokens(logits[:, -1], temperature, top_k, top_p, gen)
+                if eos is not None:  # finished rows repeat eos
+                    done |= (nxt := nxt.masked_fill(done, eos)) == eos
                 tokens[:, n], n = nxt, n + 1
         finally:
             self.train(was_training)

@@ -14,18 +14,14 @@ class KVCache:
 
     def __init__(self, max_len: int):
         self.max_len, self.length = max_len, 0  # room for, and tokens already in, the cache
-        self.kv: dict[nn.Module, tuple[Tensor, Tensor]] = {}
-        self.recurrent: dict[nn.Module, dict[str, Any]] = {}
-        self.static: dict[nn.Module, Any] = {}  # outputs that do not depend on the generated tokens
-        self.inputs: dict[str, Tensor | None] = {}  # inputs that do not grow (the source sequence)
+        # per layer: keys/values, recurrent states, outputs fixed per sequence; inputs that do not grow (the source)
+        self.kv, self.recurrent, self.static, self.inputs = {}, {}, {}, {}
 
     def update(self, layer: nn.Module, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write keys/values [B, H, n, D] after the cached ones; return views of everything so far."""
-        if layer not in self.kv:
-            shape = (k.shape[0], k.shape[1], self.max_len, k.shape[3])
-            self.kv[layer] = (k.new_empty(shape), v.new_empty(shape))
-        ck, cv = self.kv[layer]
-        end = self.length + k.shape[2]
+        if layer not in self.kv:  # room for max_len tokens
+            self.kv[layer] = tuple(t.new_empty(*t.shape[:2], self.max_len, t.shape[3]) for t in (k, v))
+        (ck, cv), end = self.kv[layer], self.length + k.shape[2]
         ck[:, :, self.length : end], cv[:, :, self.length : end] = k, v
         return ck[:, :, :end], cv[:, :, :end]
 
@@ -35,8 +31,7 @@ class State:
 
     def __init__(self, cache: KVCache | None = None, positions_from: Tensor | None = None, last_only: bool = False):
         self.cache, self.positions_from, self.last_only = cache, positions_from, last_only
-        self.offset = cache.length if cache is not None else 0
-        self.memo: dict[Any, Any] = {}  # built once per call, shared by every layer
+        self.offset, self.memo = (cache.length if cache is not None else 0), {}  # memo: built once per call, for all
 
     def positions(self, n: int, device: torch.device) -> Tensor:
         """Positions [B | 1, n] of the new tokens: real tokens counted (left padding starts at 0) or a range."""

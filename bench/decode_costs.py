@@ -1,0 +1,102 @@
+"""What one decoding step costs, and the memory read bandwidth the way decoding reads its weights.
+
+Decoding one token reads every weight once: the model's own tensors (dozens of matrices of 2-150 MB for GPT-2,
+together far larger than the caches), one after another, in forward order. So the read bandwidth that bounds
+it is measured on exactly those tensors, in that order:
+
+- ``weight_read``: GB/s of ``sum()`` over every parameter once, in registration (= forward) order — a pure
+  streaming read on every thread, nothing computed but the reduction;
+- ``weight_gemvs``: seconds of the model's own linear kernels (those ``build_torch`` chose, one row) over
+  every weight it decodes with, in order, and nothing else — the weight-streaming part of a step;
+- ``step_seconds``: seconds of one KV-cached decoding step at a given cache length — the difference to
+  ``weight_gemvs`` is everything else (attention over the cache, norms, cache writes, Python).
+
+All timings are the best and the median of ``reps`` calls, each after ``idle`` seconds of idle.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def _times(fn: Callable[[], object], reps: int, idle: float) -> list[float]:
+    fn()  # warm-up
+    out = []
+    for _ in range(reps):
+        time.sleep(idle)
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    return {"best_s": min(times), "median_s": statistics.median(times)}
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of every parameter once (parameters() yields a tied embedding / head matrix once)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def weight_read(model: torch.nn.Module, reps: int, idle: float) -> dict[str, float]:
+    """Best and median GB/s of reading every parameter once with ``sum()``, in forward order."""
+    params = [p.detach() for p in model.parameters()]
+
+    def read() -> None:
+        for p in params:
+            p.sum()
+
+    with torch.inference_mode():
+        times = _times(read, reps, idle)
+    nbytes = weight_bytes(model)
+    return {"best_gb_s": nbytes / min(times) / 1e9, "median_gb_s": nbytes / statistics.median(times) / 1e9}
+
+
+def _decode_linears(model: torch.nn.Module) -> list[Callable[[], object]]:
+    """One-row calls of every linear layer of the model in forward order, each through the module itself (so
+    through the kernel build_torch routed it to), the tied head with the matrix it is tied to."""
+    calls: list[Callable[[], object]] = []
+    graph = getattr(model, "graph", None)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            x = torch.ones(1, 1, module.in_features)
+            calls.append(lambda m=module, x=x: m(x))
+        elif type(module).__name__ == "TiedLinear" and graph is not None:
+            tied = graph.op(name).attrs["tied_to"]
+            weight = model.get_parameter(tied)
+            x = torch.ones(1, 1, weight.shape[1])
+            calls.append(lambda m=module, x=x, w=weight: m(x, w))
+    return calls
+
+
+def weight_gemvs(model: torch.nn.Module, reps: int, idle: float) -> dict[str, float]:
+    """Seconds of the model's one-row linear calls alone, in forward order."""
+    calls = _decode_linears(model)
+
+    def run() -> None:
+        for call in calls:
+            call()
+
+    with torch.inference_mode():
+        return summary(_times(run, reps, idle))
+
+
+def step_seconds(model: torch.nn.Module, vocab: int, length: int, reps: int, idle: float) -> dict[str, float]:
+    """Seconds of one KV-cached decoding step after ``length`` tokens (the cache is rewound after each step, so
+    every timed step sees the same length)."""
+    ids = torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(3))
+    token = ids[:, -1:]
+    with torch.inference_mode():
+        cache = model.start({}, length + 1)
+        model.step(cache, ids)
+
+        def one() -> None:
+            model.step(cache, token)
+            cache.length -= 1
+
+        return summary(_times(one, reps, idle))

@@ -1,0 +1,85 @@
+"""Where an ORT forward spends its time, and what ORT fused by itself: GPT-2 small, standard vs contrib graph.
+
+    python bench/profile_onnx.py [--seq 512] [--runs 3] [--set blocks=2]
+
+For each graph (standard ``Attention``; ``--attention contrib`` with fuse.py's SkipLayerNormalization fusions):
+the node counts of ORT's optimized model (``SessionOptions.optimized_model_filepath``: what its own fusions
+left) and each op type's share of kernel time over ``--runs`` forwards (``SessionOptions.enable_profiling``),
+B=1, fp32, CPU EP, intra-op threads = usable cores, spinning off so the profile is the forward's alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def profile(path: Path, seq: int, runs: int, threads: int, tmp: Path) -> tuple[collections.Counter, dict, list]:
+    """(optimized-model op counts, op type → share of kernel time, model_run ms per run)."""
+    import onnx
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.optimized_model_filepath = str(tmp / f"{path.stem}.opt.onnx")
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp / path.stem)
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    ops = collections.Counter(n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node)
+    ids = np.random.default_rng(0).integers(0, 50257, (1, seq))
+    feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    for _ in range(runs):
+        sess.run(None, feed)
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    by: collections.Counter = collections.Counter()
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            by[e["args"]["op_name"]] += e["dur"]
+    total = sum(by.values()) or 1
+    shares = {k: v / total for k, v in by.most_common()}
+    return ops, shares, [e["dur"] / 1e3 for e in events if e.get("name") == "model_run"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--set", action="append", default=[], help="spec override, e.g. --set blocks=2")
+    args = ap.parse_args()
+
+    import onnxruntime
+    from bench_onnx import machine
+
+    import specc
+    from specc.runtime.session import default_threads
+
+    threads = default_threads()
+    spec = specc.load_spec("gpt2", args.set or None)
+    print(f"command: python bench/profile_onnx.py {' '.join(sys.argv[1:])}".rstrip())
+    print(f"machine: {machine()}, {threads} threads; onnxruntime {onnxruntime.__version__}; GPT-2 {spec.blocks} "
+          f"blocks, B=1 N={args.seq} fp32; other load on the machine adds noise")  # fmt: skip
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        for attention in ("standard", "contrib"):
+            path = specc.export_onnx(spec, tmp / f"gpt2_{attention}.onnx", attention=attention)
+            ops, shares, runs = profile(path, args.seq, args.runs, threads, tmp)
+            print(f"\n{attention} graph: model_run {', '.join(f'{r:.0f}' for r in runs)} ms")
+            print("after ORT's optimizations: " + ", ".join(f"{k} {v}" for k, v in sorted(ops.items())))
+            print("kernel time: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in shares.items() if v >= 0.001))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()

@@ -1,0 +1,212 @@
+"""The graph measured once at batch 1: per op what it computes, moves, keeps for backward and communicates,
+and how tensor parallelism divides each of those. Everything a layout costs scales from these numbers
+(activations, FLOPs and traffic are linear in the batch), so a plan search never evaluates the graph again.
+
+Tensor-parallel classes of what an op keeps for the backward pass (Korthikanti et al. 2022, §4):
+``sharded`` is divided by tp (attention core, the inputs of row-parallel linears and of MLP activations, the
+experts' hidden states); ``replicated`` is divided by tp only with sequence parallelism (norm inputs, the
+inputs of column-parallel linears, dropout masks). With a causal LM the cross-entropy keeps the logits in fp32
+(vocabulary-parallel: sharded), as their 4·s·b·v/t output-layer term does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ...ir.graph import LayerGraph, dims
+from ...spec.schema import DTYPE_BYTES
+from ..costs import Ctx, numel
+from ..evaluate import decode_ops, evaluate
+from .shard import tp_role
+from .stages import anchors, block_count, stage_of
+
+LOSS_BYTES = 4  # the cross-entropy works on fp32 logits
+
+
+@dataclass(frozen=True)
+class OpProfile:
+    """One op at batch 1 (bytes at the analysis dtype; FLOPs of one forward)."""
+
+    sharded: bool  # compute (and traffic) divided by tp
+    matmul: int
+    other: int
+    io: int  # activation bytes read + written
+    weights_read: int  # parameter elements the forward reads, before any split
+    saved_sharded: int  # kept for backward, no recompute
+    saved_replicated: int
+    selective_sharded: int  # the same under selective recompute (attention scores recomputed)
+    block_input: int  # bytes of the residual stream entering the block (attention ops: one per block)
+    kv_cache: int  # bytes cached for generation
+    tp_fwd: int  # tensor an all-reduce (g: row-parallel output) closes in the forward pass
+    tp_bwd: int  # tensor an all-reduce (f: column-parallel input) closes in the backward pass
+    kv_bytes: int  # full-sequence K and V (context parallelism passes them round the ring)
+    routed: int  # tokens × active experts × width, bytes (expert-parallel all-to-all)
+    attention: bool
+    in_block: bool
+
+
+@dataclass(frozen=True, eq=False)
+class Stage:
+    """What one pipeline stage holds: its ops (profile → count), an id shared by stages holding the same,
+    and the sums that memory and communication need."""
+
+    ops: tuple[tuple[OpProfile, int], ...]
+    key: int
+    saved_sharded: int
+    saved_replicated: int
+    selective_sharded: int
+    full_kept: int  # block inputs of its blocks (full recompute keeps only these) …
+    outside_sharded: int  # … plus what ops outside the blocks keep
+    outside_replicated: int
+    kv_cache: int
+    tp_fwd: int
+    tp_bwd: int
+    tp_fwd_blocks: int
+    tp_bwd_blocks: int
+    kv_bytes: int
+    routed: int
+    boundary: int  # the residual stream one micro-batch sends to the next stage
+
+
+def _stage(ops: Counter[OpProfile], key: int) -> Stage:
+    items = tuple(ops.items())
+
+    def total(attr: str, pick: object = None) -> int:
+        return sum(c * getattr(p, attr) for p, c in items if pick is None or p.in_block == pick)
+
+    return Stage(
+        items,
+        key,
+        total("saved_sharded"),
+        total("saved_replicated"),
+        total("selective_sharded"),
+        total("block_input", True),
+        total("saved_sharded", False),
+        total("saved_replicated", False),
+        total("kv_cache"),
+        total("tp_fwd"),
+        total("tp_bwd"),
+        total("tp_fwd", True),
+        total("tp_bwd", True),
+        total("kv_bytes"),
+        total("routed"),
+        max((p.block_input for p, _ in items), default=0),
+    )
+
+
+@dataclass
+class GraphProfile:
+    graph: LayerGraph
+    seq: int
+    dtype: str
+    elem_bytes: int
+    training: bool
+    ops: list[tuple[int, OpProfile]]  # (anchor block, profile) in graph order
+    _stages: dict[int, list[Stage]] = field(default_factory=dict)
+    _same: dict[frozenset[tuple[OpProfile, int]], Stage] = field(default_factory=dict)
+    memo: dict[tuple[object, ...], float] = field(default_factory=dict)  # stage seconds (timing.py)
+
+    @cached_property
+    def blocks(self) -> int:
+        return block_count(self.graph)
+
+    def stages(self, pp: int) -> list[Stage]:
+        """Per pipeline stage, what it holds (equal blocks share profiles; equal stages share a key)."""
+        if pp not in self._stages:
+            counts: list[Counter[OpProfile]] = [Counter() for _ in range(pp)]
+            for block, p in self.ops:
+                counts[stage_of(block, self.blocks, pp)][p] += 1
+            out = []
+            for c in counts:
+                content = frozenset(c.items())
+                if content not in self._same:
+                    self._same[content] = _stage(c, len(self._same))
+                out.append(self._same[content])
+            self._stages[pp] = out
+        return self._stages[pp]
+
+    @cached_property
+    def forward_flops(self) -> int:
+        return sum(p.matmul + p.other for _, p in self.ops)
+
+
+def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: bool) -> GraphProfile:
+    elem_bytes = DTYPE_BYTES[dtype]
+    env = {"B": 1, "N": seq, "N_dec": dec_seq or seq}
+    costs = evaluate(g, env, Ctx(bytes=elem_bytes))
+    dec = decode_ops(g)
+    where = anchors(g)
+    outputs = set(g.outputs.values())
+    f_inputs: set[str] = set()
+    out = []
+    for c in costs:
+        op = c.op
+        role = tp_role(g, op)
+        ins = [dims(g.shape_of(i), env) for i in op.inputs]
+        shape = dims(op.shape, env)
+        width = numel(shape) * elem_bytes
+        saved_s, saved_r, sel_s = 0, c.mem.saved, 0
+        sharded = role in ("column", "row", "vocab") and op.kind == "linear"
+        if op.kind == "attention":
+            sharded, saved_s, saved_r = True, c.mem.saved, 0
+            sel_s = c.mem.fused - c.mem.scores_fused  # Q, K, V kept; scores, softmax, dropout recomputed
+        elif op.kind in ("glu", "activation") and op.layer is not None:
+            sharded, saved_s, saved_r = True, c.mem.saved, 0
+        elif op.kind == "moe":
+            k, h, mats = op.attrs["active"], op.attrs["hidden"], 3 if op.attrs["expert"] == "swiglu" else 2
+            saved_s = numel(ins[0][:-1]) * k * h * mats * elem_bytes
+            sharded, saved_r = True, c.mem.saved - saved_s
+        elif role == "row":
+            saved_s, saved_r = c.mem.saved, 0
+        if op.kind != "attention":
+            sel_s = saved_s
+        if training and op.name in outputs and op.category == "lm_head":
+            saved_s += numel(shape) * LOSS_BYTES  # vocabulary-parallel cross-entropy keeps fp32 logits
+            sel_s = saved_s
+        tp_fwd = width if role == "row" or op.kind == "moe" or (op.kind == "embedding") else 0
+        tp_bwd = 0
+        column = (role in ("column", "vocab") and op.kind == "linear") or op.kind == "moe"
+        if column and op.inputs[0] not in f_inputs:  # gate and up (q and kv…) read one tensor: one all-reduce
+            f_inputs.add(op.inputs[0])
+            tp_bwd = numel(ins[0]) * elem_bytes
+        kv_bytes = block_input = 0
+        if op.kind == "attention":
+            keys = ins[1][1] if op.attrs.get("cross") else ins[0][1]
+            kv_bytes = 2 * keys * op.attrs["kv_heads"] * op.attrs["head_dim"] * elem_bytes
+            if not op.attrs.get("cross"):
+                block_input = numel(ins[0][:-1]) * _width(g, op.name) * elem_bytes
+        routed = numel(ins[0][:-1]) * op.attrs["active"] * op.attrs["dim"] * elem_bytes if op.kind == "moe" else 0
+        kv = c.mem.kv_cache if dec is not None and op.name in dec else 0
+        out.append(
+            (
+                where[op.name],
+                OpProfile(
+                    sharded=sharded,
+                    matmul=c.matmul,
+                    other=c.total - c.matmul,
+                    io=c.mem.io,
+                    weights_read=c.mem.weights_read,
+                    saved_sharded=saved_s,
+                    saved_replicated=saved_r,
+                    selective_sharded=sel_s,
+                    block_input=block_input,
+                    kv_cache=kv,
+                    tp_fwd=tp_fwd,
+                    tp_bwd=tp_bwd,
+                    kv_bytes=kv_bytes,
+                    routed=routed,
+                    attention=op.kind == "attention",
+                    in_block=op.layer is not None,
+                ),
+            )
+        )
+    return GraphProfile(g, seq, dtype, elem_bytes, training, out)
+
+
+def _width(g: LayerGraph, attention: str) -> int:
+    """Residual width: the output width of the projection that consumes the attention core."""
+    for succ in g.graph.successors(attention):
+        return int(g.op(succ).attrs["out_features"])
+    raise ValueError(f"{attention} has no output projection")

@@ -1,0 +1,198 @@
+"""How tensor and expert parallelism split each parameter tensor of the IR, and the bytes one device holds.
+
+Rules (Megatron-LM's, as ``torch.distributed.tensor.parallel`` expresses them), read off the graph:
+
+- a ``linear`` feeding an attention core, a GLU or an MLP activation is column-parallel: weight ``[out, in]``
+  split along ``out`` (dim 0), bias split — the packed q|k|v projection splits head-aligned (each rank keeps
+  heads/tp query heads and kv_heads/tp KV groups: same row count as an even split, tp divides both);
+- a ``linear`` reading an attention core, a GLU or an MLP activation is row-parallel: weight split along
+  ``in`` (dim 1), bias replicated (added once after the all-reduce);
+- token ``embedding`` tables are vocabulary-parallel (dim 0) and so is the LM head (``lm_head`` category,
+  weight and bias along the vocabulary); a tied head owns no tensor; a table another embedding shares (an
+  encoder-decoder's shared vocabulary) is kept whole;
+- ``moe`` experts ``[E, out, in]`` split the experts (dim 0) over ``ep`` and their hidden units over ``tp``;
+- everything else is replicated: norms, position tables, routers, pooler and classifier heads, patch
+  embeddings, recurrent cells.
+
+A dimension that ``tp`` does not divide (a 50,257-row vocabulary) is split as ``torch.chunk`` and DTensor
+``Shard`` split it: ceil(n / tp) rows on the first ranks, the rest on the last; the largest shard is rank 0's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.graph import LayerGraph, Op
+from ...spec.schema import DTYPE_BYTES
+from .stages import anchors, block_count, stage_of
+
+_FEEDS = ("attention", "glu")  # a linear feeding these (or an MLP activation) is column-parallel
+
+
+@dataclass(frozen=True)
+class ParamShard:
+    """One parameter tensor and the dims tensor / expert parallelism split (None: not split)."""
+
+    name: str
+    shape: tuple[int, ...]
+    tp_dim: int | None
+    ep_dim: int | None
+    block: int  # global block it is placed with (pipeline stage = block // (blocks / pp))
+
+    @property
+    def expert(self) -> bool:
+        return self.ep_dim is not None
+
+    def local_numel(self, tp: int = 1, ep: int = 1, tp_rank: int = 0, ep_rank: int = 0) -> int:
+        n = 1
+        for i, d in enumerate(self.shape):
+            if i == self.tp_dim:
+                d = chunk(d, tp, tp_rank)
+            if i == self.ep_dim:
+                d = chunk(d, ep, ep_rank)
+            n *= d
+        return n
+
+
+def chunk(n: int, parts: int, rank: int) -> int:
+    """Rows rank ``rank`` gets when ``n`` rows are split into ``parts`` as torch.chunk does."""
+    size = -(-n // parts)
+    return max(0, min(size, n - rank * size))
+
+
+def tp_role(g: LayerGraph, op: Op) -> str:
+    """column | row | vocab | replicated, for a linear or embedding op (see the module docstring)."""
+    if op.kind == "embedding":
+        shared = any(o.kind == "embedding" and o.attrs.get("tied_to") == f"{op.name}.weight" for o in g.ops())
+        return "replicated" if shared else "vocab"  # a table another embedding reads is kept whole
+    if op.kind != "linear":
+        return "replicated"
+    if op.category == "lm_head":
+        return "vocab"
+    if any(_shards_heads_or_units(g.op(s)) for s in _consumers(g, op.name)):
+        return "column"
+    src = op.inputs[0]
+    if _is_op(g, src) and _shards_heads_or_units(g.op(src)):
+        return "row"
+    return "replicated"
+
+
+def _consumers(g: LayerGraph, name: str) -> list[str]:
+    """The ops reading ``name``, looking through QK-norms (they keep the packed projection's layout)."""
+    out = []
+    for s in g.graph.successors(name):
+        if s in g.graph and _is_op(g, s):
+            out += _consumers(g, s) if g.op(s).kind == "slice_rmsnorm" else [s]
+    return out
+
+
+def _is_op(g: LayerGraph, name: str) -> bool:
+    return name not in g.inputs
+
+
+def _shards_heads_or_units(op: Op) -> bool:
+    return op.kind in _FEEDS or (op.kind == "activation" and op.layer is not None)
+
+
+def param_shards(g: LayerGraph) -> list[ParamShard]:
+    """Every parameter tensor the graph stores, with its split dims; a tied tensor also appears on the block
+    of each op that uses it, when that op sits on another pipeline stage (see ``weights_per_stage``)."""
+    where = anchors(g)
+    out = []
+    for op in g.ops():
+        role = tp_role(g, op)
+        for local, p in op.params.items():
+            out.append(ParamShard(f"{op.name}.{local}", p.shape, *_dims(op, role, local, p.shape), where[op.name]))
+    return out
+
+
+def _dims(op: Op, role: str, local: str, shape: tuple[int, ...]) -> tuple[int | None, int | None]:
+    if op.kind == "moe":
+        hidden_dim = {"w_gate": 1, "w_up": 1, "w_in": 1, "b_gate": 1, "b_up": 1, "b_in": 1}.get(local)
+        if local in ("w_down", "w_out"):
+            hidden_dim = 2
+        return hidden_dim, 0
+    if role in ("column", "vocab"):
+        return 0, None
+    if role == "row" and local == "weight":
+        return 1, None
+    return None, None
+
+
+def _tied(g: LayerGraph) -> list[tuple[str, int]]:
+    """(owner parameter, block of the op that uses it) for every tied use."""
+    where = anchors(g)
+    return [(op.attrs["tied_to"], where[op.name]) for op in g.ops() if op.attrs.get("tied_to")]
+
+
+@dataclass(frozen=True)
+class BlockWeights:
+    """Per block, (dense, expert) elements one device holds; and each tied use as (its block, the owner's
+    block, its elements, expert) — counted again on the user's stage when the two stages differ."""
+
+    blocks: list[tuple[int, int]]
+    tied: list[tuple[int, int, int, bool]]
+
+
+def block_weights(
+    g: LayerGraph, *, tp: int = 1, ep: int = 1, tp_rank: int = 0, shards: list[ParamShard] | None = None
+) -> BlockWeights:
+    shards = shards if shards is not None else param_shards(g)
+    per = [[0, 0] for _ in range(max(1, block_count(g)))]
+    for ps in shards:
+        per[ps.block][ps.expert] += ps.local_numel(tp, ep, tp_rank)
+    by_name = {ps.name: ps for ps in shards}
+    tied = [
+        (block, ps.block, ps.local_numel(tp, ep, tp_rank), ps.expert)
+        for owner, block in _tied(g)
+        if (ps := by_name.get(owner)) is not None
+    ]
+    return BlockWeights([(d, e) for d, e in per], tied)
+
+
+def weights_per_stage(
+    g: LayerGraph,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    ep: int = 1,
+    tp_rank: int = 0,
+    by_block: BlockWeights | None = None,
+) -> list[tuple[int, int]]:
+    """Per pipeline stage, (dense, expert) parameter elements one device holds before ZeRO shards them."""
+    bw = by_block if by_block is not None else block_weights(g, tp=tp, ep=ep, tp_rank=tp_rank)
+    blocks = len(bw.blocks)
+    stages = [[0, 0] for _ in range(pp)]
+    for b, (dense, expert) in enumerate(bw.blocks):
+        st = stages[stage_of(b, blocks, pp)]
+        st[0] += dense
+        st[1] += expert
+    for block, owner, elems, expert in bw.tied:
+        s = stage_of(block, blocks, pp)
+        if s != stage_of(owner, blocks, pp):  # the head's stage keeps its own copy of the table (as Megatron-LM)
+            stages[s][expert] += elems
+    return [(d, e) for d, e in stages]
+
+
+def per_device_weight_bytes(
+    g: LayerGraph,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    ep: int = 1,
+    dtype: str | None = None,
+    tp_rank: int | None = None,
+    stage: int | None = None,
+) -> int:
+    """Bytes of the IR's parameter tensors one device holds under ``tp`` / ``pp`` / ``ep`` (before ZeRO-3).
+
+    Counts exactly the tensors of ``LayerGraph.params()`` (a tied tensor once per stage that uses it), each
+    split as ``param_shards`` says, times the element size of ``dtype`` (default: the spec's ``dtype``). The
+    device is tensor-parallel rank ``tp_rank`` (default: the one holding most, rank 0) of pipeline stage
+    ``stage`` (default: the stage holding most). With tp=2 this is what each rank of a DTensor
+    ``parallelize_module`` run holds: Σ ``p.to_local().numel() * element_size()`` over its parameters.
+    """
+    dtype = dtype or g.meta.get("dtype") or "fp32"
+    per = weights_per_stage(g, tp=tp, pp=pp, ep=ep, tp_rank=tp_rank or 0)
+    elems = [d + e for d, e in per]
+    return (max(elems) if stage is None else elems[stage]) * DTYPE_BYTES[dtype]

@@ -1,0 +1,116 @@
+"""Falcon (``FalconForCausalLM``): 7B-style multi-query attention with attention and MLP in parallel on one
+LayerNorm, or 40B-style ``new_decoder_architecture`` with ``num_kv_heads`` groups and two norms (``ln_attn``,
+``ln_mlp``). The fused ``query_key_value`` (per KV group ``[q.., k, v]``) is reordered into specc's packed
+q/k/v. ALiBi is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..ir.graph import LayerGraph
+from .family import BLOCK, Family, prefix, rules_for
+from .hf_config import HFConfig
+from .hf_fused_qkv import fused_rule
+from .hf_rope import position
+from .plan import Plan, Rule, ShapeT, copy
+
+_BLOCK = {
+    "attn.out": ("self_attention.dense",),
+    "mlp.fc1": ("mlp.dense_h_to_4h",),
+    "mlp.fc2": ("mlp.dense_4h_to_h",),
+    "norm1": ("input_layernorm", "ln_attn"),
+    "norm2": ("post_attention_layernorm", "ln_mlp"),
+}
+
+
+def _layout(cfg: HFConfig) -> tuple[str, dict[str, Any]]:
+    """(parallel mode, attention heads) from Falcon's architecture flags."""
+    heads = cfg.positive_int("num_attention_heads")
+    new = cfg.flag("new_decoder_architecture", False)
+    parallel = cfg.flag("parallel_attn", True)
+    kv = cfg.positive_int("num_kv_heads", heads) if cfg.get("num_kv_heads") is not None else heads
+    if new:
+        if not parallel:
+            raise cfg.refuse("parallel_attn", "false with new_decoder_architecture builds no layer norms in HF")
+        norms = cfg.get("num_ln_in_parallel_attn") or 2
+        if norms not in (1, 2):
+            raise cfg.refuse("num_ln_in_parallel_attn", f"expected 1 or 2, got {norms!r}")
+        cfg.ignore("multi_query")  # the new architecture reads num_kv_heads instead
+        return ("separate_norms" if norms == 2 else "shared_norm"), {"heads": heads, "kv_heads": kv}
+    cfg.ignore("num_ln_in_parallel_attn")  # read by the new architecture only
+    if cfg.flag("multi_query", True):
+        return ("shared_norm" if parallel else "none"), {"heads": heads, "kv_heads": 1}
+    if kv != heads:
+        raise cfg.refuse("num_kv_heads", f"{kv} with multi-head attention; HF splits q/k/v per head ({heads})")
+    return ("shared_norm" if parallel else "none"), {"heads": heads, "kv_heads": heads}
+
+
+def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
+    if cfg.flag("alibi", False):
+        raise cfg.refuse(
+            "alibi", "ALiBi position biases are not supported by specc", "only rotary Falcon models import"
+        )
+    d = cfg.positive_int("hidden_size")
+    parallel, attention = _layout(cfg)
+    bias = cfg.flag("bias", False)
+    doc: dict[str, Any] = {
+        "kind": "decoder",
+        "vocab_size": cfg.positive_int("vocab_size"),
+        "context": cfg.positive_int("max_position_embeddings", 2048),  # the hub's Falcon configs omit it
+        "d_model": d,
+        "blocks": cfg.positive_int("num_hidden_layers"),
+        "attention": attention,
+        "norm": {"type": "layernorm", "placement": "pre", "eps": cfg.number("layer_norm_epsilon", 1e-5)},
+        "mlp": {
+            "type": "classic",
+            "hidden": cfg.optional_int("ffn_hidden_size") or 4 * d,
+            "activation": cfg.activation("activation", "gelu"),
+        },
+        "position": position(cfg),
+        "bias": {"qkv": bias, "out": bias, "mlp": bias, "norm": True, "head": False},
+        "tie_embeddings": cfg.flag("tie_word_embeddings", True),
+        "dropout": {"attention": cfg.dropout("attention_dropout"), "residual": cfg.dropout("hidden_dropout")},
+        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+    }
+    if parallel != "none":
+        doc["parallel"] = parallel
+    return doc
+
+
+def detect(names: set[str]) -> bool:
+    return any(re.fullmatch(r"(transformer\.)?h\.\d+\.self_attention\.query_key_value\.weight", n) for n in names)
+
+
+def plan(g: LayerGraph, names: set[str]) -> Plan:
+    p = prefix(names, "transformer.")
+
+    def make(target: str, shape: ShapeT) -> Rule | list[Rule] | None:
+        local, kind = target.rsplit(".", 1)
+        if local == "lm_head":
+            return copy(target, shape)
+        if local in ("embed", "norm_f"):
+            return copy(f"{p}{'word_embeddings' if local == 'embed' else 'ln_f'}.{kind}", shape)
+        m = BLOCK.fullmatch(local)
+        if not m:
+            return None
+        hf, part_name = f"{p}h.{m.group(2)}", m.group(3)
+        if part_name == "attn.qkv":
+            # per KV group [q.., k, v]: with one group (multi-query) that is specc's order, with a group per
+            # head (multi-head) it is the per-head layout [q_h, k_h, v_h]
+            return fused_rule(g, target, f"{hf}.self_attention.query_key_value.{kind}", shape, "per_group")
+        if part_name in _BLOCK:
+            return [copy(f"{hf}.{n}.{kind}", shape) for n in _BLOCK[part_name]]
+        return None
+
+    tied = g.op("lm_head").attrs.get("tied_to")
+    return Plan(
+        "Falcon",
+        rules_for(g, "Falcon", make),
+        tied=[(f"{p}word_embeddings.weight", "lm_head.weight")] if tied else [],
+        ignore=lambda n: n.endswith("rotary_emb.inv_freq"),
+    )
+
+
+FAMILY = Family("Falcon", ("FalconForCausalLM",), ("falcon",), ("decoder",), spec, detect, plan)

@@ -1,0 +1,98 @@
+"""GPT-NeoX / Pythia (``GPTNeoXForCausalLM``): LayerNorms with bias, partial rotary (``rotary_pct``), attention
+and MLP in parallel on two norms (``use_parallel_residual``), and a fused ``query_key_value`` laid out per head
+``[heads, 3, head_dim]``, reordered into specc's packed q/k/v.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..ir.graph import LayerGraph
+from .family import BLOCK, Family, prefix, rules_for
+from .hf_config import HFConfig
+from .hf_fused_qkv import fused_rule
+from .hf_rope import position
+from .plan import Plan, Rule, ShapeT, copy
+
+_BLOCK = {
+    "norm1": "input_layernorm",
+    "norm2": "post_attention_layernorm",
+    "attn.out": "attention.dense",
+    "mlp.fc1": "mlp.dense_h_to_4h",
+    "mlp.fc2": "mlp.dense_4h_to_h",
+}
+
+
+def _rotary(cfg: HFConfig) -> dict[str, Any]:
+    """transformers 5 writes rope_parameters; the hub's configs name the base and fraction rotary_emb_base and
+    rotary_pct (defaults 10000 and 0.25, as transformers reads them)."""
+    if cfg.get("rope_parameters") is not None or cfg.get("rope_scaling") is not None:
+        return position(cfg, partial=True)
+    out = {"type": "rotary", "theta": cfg.number("rotary_emb_base", 10000.0)}
+    fraction = cfg.number("rotary_pct", 0.25)
+    if not 0 < fraction <= 1:
+        raise cfg.refuse("rotary_pct", f"expected a fraction in (0, 1], got {fraction!r}")
+    return out | ({"fraction": fraction} if fraction != 1.0 else {})
+
+
+def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
+    d, heads = cfg.positive_int("hidden_size"), cfg.positive_int("num_attention_heads")
+    cfg.ignore("is_decoder")
+    bias = cfg.flag("attention_bias", True)
+    doc: dict[str, Any] = {
+        "kind": "decoder",
+        "vocab_size": cfg.positive_int("vocab_size"),
+        "context": cfg.positive_int("max_position_embeddings"),
+        "d_model": d,
+        "blocks": cfg.positive_int("num_hidden_layers"),
+        "attention": {"heads": heads},
+        "norm": {"type": "layernorm", "placement": "pre", "eps": cfg.number("layer_norm_eps", 1e-5)},
+        "mlp": {
+            "type": "classic",
+            "hidden": cfg.positive_int("intermediate_size"),
+            "activation": cfg.activation("hidden_act", "gelu"),
+        },
+        "position": _rotary(cfg),
+        "bias": {"qkv": bias, "out": bias, "mlp": True, "norm": True, "head": False},
+        "tie_embeddings": cfg.flag("tie_word_embeddings", False),
+        "dropout": {"attention": cfg.dropout("attention_dropout"), "residual": cfg.dropout("hidden_dropout")},
+        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+    }
+    if cfg.flag("use_parallel_residual", True):
+        doc["parallel"] = "separate_norms"
+    return doc
+
+
+def detect(names: set[str]) -> bool:
+    return any(re.fullmatch(r"(gpt_neox\.)?layers\.\d+\.attention\.query_key_value\.weight", n) for n in names)
+
+
+def plan(g: LayerGraph, names: set[str]) -> Plan:
+    p = prefix(names, "gpt_neox.")
+
+    def make(target: str, shape: ShapeT) -> Rule | list[Rule] | None:
+        local, kind = target.rsplit(".", 1)
+        if local == "lm_head":  # embed_out in checkpoints written before transformers 5
+            return [copy(f"lm_head.{kind}", shape), copy(f"embed_out.{kind}", shape)]
+        if local in ("embed", "norm_f"):
+            return copy(f"{p}{'embed_in' if local == 'embed' else 'final_layer_norm'}.{kind}", shape)
+        m = BLOCK.fullmatch(local)
+        if not m:
+            return None
+        hf, part_name = f"{p}layers.{m.group(2)}", m.group(3)
+        if part_name == "attn.qkv":
+            return fused_rule(g, target, f"{hf}.attention.query_key_value.{kind}", shape, "per_head")
+        return copy(f"{hf}.{_BLOCK[part_name]}.{kind}", shape) if part_name in _BLOCK else None
+
+    tied = g.op("lm_head").attrs.get("tied_to")
+    return Plan(
+        "GPT-NeoX",
+        rules_for(g, "GPT-NeoX", make),
+        tied=[(f"{p}embed_in.weight", "lm_head.weight", "embed_out.weight")] if tied else [],
+        # rotary tables and the causal-mask buffers older checkpoints stored
+        ignore=lambda n: re.search(r"\.(rotary_emb\.inv_freq|attention\.bias|attention\.masked_bias)$", n) is not None,
+    )
+
+
+FAMILY = Family("GPT-NeoX", ("GPTNeoXForCausalLM",), ("gpt_neox",), ("decoder",), spec, detect, plan)

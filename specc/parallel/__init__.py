@@ -1,0 +1,53 @@
+"""Generated models on torch.distributed: tensor parallelism derived from the layer graph (DTensor,
+``parallelize_module``), FSDP2 over data-parallel ranks, and distributed checkpoints (``torch.distributed.
+checkpoint``) that single-process models load.
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    model = specc.parallelize(specc.build_torch(spec), mesh)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import SpecError
+from .plan import Rule, check_tensor_parallel, local_params, tensor_plan
+
+__all__ = ["Rule", "check_tensor_parallel", "local_params", "parallelize", "tensor_plan"]
+
+DIMS = ("dp", "tp")
+
+
+def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False) -> Any:
+    """``model`` (from ``build_torch``, weights loaded) split over ``mesh``, in place, and returned.
+
+    ``mesh``: a ``DeviceMesh`` with dimensions named ``dp`` and/or ``tp``. ``tp``: the tensor-parallel plan of
+    ``model.graph`` (``specc.parallel.plan``) applied with ``parallelize_module``; ``dp``: ``fully_shard`` per
+    block and at the root. The forward takes the same inputs on every rank of a ``tp`` group and returns the
+    full logits there; ``dp`` ranks take different batches. ``sequence_parallel``: between blocks the residual
+    stream is split by positions over ``tp`` too (``specc.parallel.sequence``; whole sequences only).
+    """
+    from ..backends.torch import kernels
+    from .fsdp import apply_fsdp
+    from .tensor import apply_tensor_parallel
+
+    names = tuple(mesh.mesh_dim_names or ())
+    if not names or any(n not in DIMS for n in names) or len(set(names)) != len(names):
+        raise SpecError(
+            f"the device mesh's dimensions are {list(names) or 'unnamed'}; name them from {list(DIMS)}",
+            hint='init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))',
+        )
+    graph = getattr(model, "graph", None)
+    if graph is None:
+        raise SpecError("parallelize takes a model built by specc (build_torch): its plan comes from model.graph")
+    kernels.restore(model)  # DTensor and FSDP parameters run on F.linear
+    tp = mesh["tp"] if "tp" in names else None
+    dp = mesh["dp"] if "dp" in names else None
+    if sequence_parallel and (tp is None or tp.size() == 1):
+        raise SpecError("sequence_parallel=True splits positions over tp: the mesh needs a tp dimension > 1")
+    if tp is not None and tp.size() > 1:
+        apply_tensor_parallel(model, graph, tp, sequence=sequence_parallel)
+    if dp is not None and dp.size() > 1:
+        apply_fsdp(model, graph, dp)
+    model.mesh = mesh
+    return model

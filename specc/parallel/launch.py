@@ -1,0 +1,75 @@
+"""Layouts from the command line (``--parallel dp=2,tp=2``) and the device mesh of a torchrun launch."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from ..errors import SpecError
+
+KNOWN = ("dp", "tp")
+MAX_DEGREE = 1 << 16
+
+
+def parse_layout(text: str, option: str = "--parallel") -> dict[str, int]:
+    """``dp=2,tp=2`` → {"dp": 2, "tp": 2}; a missing degree is 1."""
+    layout = dict.fromkeys(KNOWN, 1)
+    seen = set()
+    for item in text.replace(" ", "").split(","):
+        key, eq, value = item.partition("=")
+        if not eq or key not in KNOWN:
+            raise SpecError(f"{option}: {item!r} is not dp=N or tp=N", hint=f"{option} dp=2,tp=2")
+        if key in seen:
+            raise SpecError(f"{option}: {key} is given twice")
+        if not value.isdigit() or not 1 <= int(value) <= MAX_DEGREE:
+            raise SpecError(f"{option}: {key} must be a whole number from 1 to {MAX_DEGREE}, got {value!r}")
+        seen.add(key)
+        layout[key] = int(value)
+    return layout
+
+
+def world_size() -> int:
+    """Processes of this launch: torchrun's ``WORLD_SIZE`` (1 without torchrun)."""
+    value = os.environ.get("WORLD_SIZE", "1")
+    return int(value) if value.isdigit() else 1
+
+
+def rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def local_device(device: torch.device) -> torch.device:
+    """cuda → this process's GPU (torchrun's ``LOCAL_RANK``); other devices as they are."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
+
+
+def init_mesh(layout: dict[str, int], device: torch.device) -> Any:
+    """The ("dp", "tp") DeviceMesh of this launch, starting the process group (gloo on CPU, nccl on CUDA)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    need, have = layout["dp"] * layout["tp"], world_size()
+    if need != have:
+        how = "torchrun is not running this process" if "WORLD_SIZE" not in os.environ else f"{have} processes run"
+        raise SpecError(
+            f"--parallel dp={layout['dp']},tp={layout['tp']} needs {need} processes; {how}",
+            hint=f"torchrun --nproc-per-node {need} -m specc train ...",
+        )
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return init_device_mesh(device.type, (layout["dp"], layout["tp"]), mesh_dim_names=KNOWN)
+
+
+def shutdown() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

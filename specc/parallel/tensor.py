@@ -1,0 +1,110 @@
+"""Tensor parallelism of a built specc model: the IR's plan (``plan.tensor_plan``) as torch parallel styles,
+applied with ``parallelize_module``.
+
+Packed projections (``attn.qkv`` = ``[q heads | k heads | v heads]``) are re-ordered *rank-major* before
+they are split: ``[q_0 | k_0 | v_0 | q_1 | k_1 | v_1 | ...]`` with ``q_r`` the query heads of rank r and
+``k_r``/``v_r`` its KV heads, so that a plain row split (``ColwiseParallel``) gives each rank the q, k and v
+of its own heads in the layout the attention layer reads; the attention layer is then told its local head
+counts. ``packed_order`` is that permutation; ``specc.parallel.checkpoint`` undoes it for anything written
+out, so saved weights are always in the single-process layout.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
+
+from ..errors import SpecError
+from ..ir.graph import LayerGraph
+from .plan import Rule, check_tensor_parallel, split_axis, tensor_plan
+from .styles import LocalParams, TiedHead
+
+
+def packed_order(rule: Rule, tp: int) -> torch.Tensor:
+    """Row indices that turn the packed ``parts`` layout into the rank-major one (new = old[order])."""
+    starts, start = [], 0
+    for heads in rule.parts:
+        starts.append(start)
+        start += heads * rule.head_dim
+    rows = []
+    for r in range(tp):
+        for s, heads in zip(starts, rule.parts, strict=True):
+            per = heads // tp * rule.head_dim
+            rows.append(torch.arange(s + r * per, s + (r + 1) * per))
+    return torch.cat(rows)
+
+
+def packed_params(graph: LayerGraph, tp: int) -> dict[str, torch.Tensor]:
+    """Parameter name → rank-major row order, for every packed projection of the plan."""
+    out = {}
+    if tp == 1:
+        return out
+    for name, rule in tensor_plan(graph).items():
+        op = graph.op(name)
+        if op.kind == "linear" and rule.style == "heads" and len(rule.parts) > 1:
+            order = packed_order(rule, tp)
+            out.update({f"{name}.{local}": order for local in op.params})
+    return out
+
+
+def _style(rule: Rule, tied: bool) -> ParallelStyle | None:
+    if rule.style in ("heads", "colwise"):
+        return ColwiseParallel()
+    if rule.style == "rowwise":
+        return RowwiseParallel()
+    if rule.style == "vocab_embed":
+        return RowwiseParallel(input_layouts=Replicate())
+    if rule.style == "vocab_head":
+        return ColwiseParallel(output_layouts=Replicate())
+    if rule.style == "tied_head":
+        return TiedHead(Shard(0))
+    if rule.style == "replicate" and tied:  # a head tied to an embedding kept whole
+        return TiedHead(Replicate())
+    return None
+
+
+def apply_tensor_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh, sequence: bool = False) -> None:
+    """Split ``model`` (built from ``graph``) over the 1-D ``mesh`` by the IR's plan, in place; ``sequence``:
+    the residual stream between blocks split by positions too (``specc.parallel.sequence``)."""
+    tp = mesh.size()
+    check_tensor_parallel(graph, tp)
+    with torch.no_grad():
+        for name, order in packed_params(graph, tp).items():
+            param = model.get_parameter(name)
+            param.copy_(param[order.to(param.device)])
+    plan: dict[str, ParallelStyle] = {}
+    for name, rule in tensor_plan(graph).items():
+        op = graph.op(name)
+        if op.kind == "embedding" and op.attrs.get("tied_to"):
+            raise SpecError(
+                f"{name}: an embedding shared between stacks is not supported with tensor parallelism",
+                hint="--set shared_embeddings=false, or tp=1",
+            )
+        module = model.get_submodule(name)
+        if op.kind == "attention":
+            module.heads, module.kv_heads = rule.parts[0] // tp, rule.parts[1] // tp
+            continue
+        if rule.style == "head_norm":  # its q (or k) heads, in the rank-major local [q_r | k_r | v_r]
+            module.start, module.width = op.attrs["start"] // tp, op.attrs["width"] // tp
+        style = _style(rule, bool(op.attrs.get("tied_to")))
+        if style is None:
+            placements = {}
+            for local in op.params:
+                axis = split_axis(rule, local)
+                placements[local] = Replicate() if axis is None else Shard(axis)
+            if rule.style == "experts" and op.attrs.get("bias"):
+                raise SpecError(f"{name}: tensor parallelism of experts with biases is not supported", hint="tp=1")
+            style = LocalParams(placements, partial=rule.style == "experts", own=rule.style == "head_norm")
+        plan[name] = style
+    for pname, _ in model.named_parameters():  # every parameter is an IR op's: none stays a plain tensor
+        if pname.rpartition(".")[0] not in plan:
+            raise AssertionError(f"{pname}: no tensor-parallel rule")
+    if sequence:
+        from .sequence import guard, sequence_plan
+
+        sequence_plan(graph, tensor_plan(graph), plan)
+        guard(model, mesh)
+    parallelize_module(model, mesh, plan)

@@ -1,0 +1,56 @@
+"""Positions of the spec language: ``position`` (learned, sinusoidal, rotary with its rotation and frequency
+scaling, none, the ViT grids)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BeforeValidator, Field
+
+from .schema_base import MAX_CONTEXT, SBool, SInt, _Strict, _typed_shortcut
+
+
+class RopeScaling(_Strict):
+    """RoPE frequency scaling (context extension), with the parameters and defaults of transformers'
+    ``ROPE_INIT_FUNCTIONS``. Which fields each type reads is checked by a rule."""
+
+    type: Literal["linear", "dynamic", "llama3", "yarn", "longrope"]
+    factor: float | None = Field(None, gt=0, description="context extension factor (longrope: default context / "
+                                 "original_max_positions)")  # fmt: skip
+    original_max_positions: SInt | None = Field(
+        None,
+        ge=1,
+        le=MAX_CONTEXT,
+        description="pre-training context (llama3, yarn, longrope; dynamic, default context)",
+    )
+    low_freq_factor: float | None = Field(None, gt=0, description="llama3")
+    high_freq_factor: float | None = Field(None, gt=0, description="llama3")
+    beta_fast: float | None = Field(None, gt=0, description="yarn: default 32")
+    beta_slow: float | None = Field(None, gt=0, description="yarn: default 1")
+    mscale: float | None = Field(None, ge=0, description="yarn: attention factor numerator scale")
+    mscale_all_dim: float | None = Field(None, ge=0, description="yarn: attention factor denominator scale")
+    attention_factor: float | None = Field(
+        None, gt=0, description="yarn, longrope: scale of cos/sin; default from factor (and mscale)"
+    )
+    truncate: SBool | None = Field(None, description="yarn: round the correction range to whole dims (default true)")
+    short_factor: list[float] | None = Field(None, description="longrope: per-frequency factors up to the original "
+                                             "context, head_dim·fraction/2 of them")  # fmt: skip
+    long_factor: list[float] | None = Field(None, description="longrope: per-frequency factors beyond it")
+    rebuild_cache: SBool | None = Field(
+        None,
+        description="longrope: when a generated sequence first passes original_max_positions, recompute the KV "
+        "cache so that every key is rotated with the long factors (Phi-3's generate); default false",
+    )
+
+
+class Position(_Strict):
+    type: Literal["learned", "sinusoidal", "rotary", "none", "learned_2d", "sinusoidal_2d"] = "learned"
+    theta: float = Field(10000.0, gt=0, description="rotary base")
+    fraction: float = Field(1.0, gt=0, le=1.0, description="rotary: fraction of head_dim rotated")
+    rotation: Literal["half", "interleaved"] = Field(
+        "half", description="rotary: rotate the two halves (GPT-NeoX, Llama) or adjacent pairs (GPT-J)"
+    )
+    scaling: RopeScaling | None = Field(None, description="rotary: frequency scaling; absent = plain RoPE")
+
+
+PositionField = Annotated[Position, BeforeValidator(_typed_shortcut, json_schema_input_type=Union[str, Position])]

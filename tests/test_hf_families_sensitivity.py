@@ -1,0 +1,55 @@
+"""The family comparisons are sensitive: each import is within tolerance of HF, and the same spec with one of
+the family's feature fields changed is not (so a feature lowered wrongly, or read wrongly off config.json,
+fails tests/test_hf_families.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from hf_families_zoo import FAMILY_BY_ID
+from test_hf_equivalence import _inputs, _pairs
+from test_hf_families import RTOL_OF_SCALE, family  # noqa: F401 (the fixture)
+
+import specc
+from specc.interop import import_hf
+
+MUTATIONS = [
+    ("qwen2-mixed", "layer_kinds.sliding.attention.window", 8),  # the sequences (11) outgrow both windows
+    ("qwen2moe-shared", "mlp.router.normalize", True),
+    ("qwen2moe-step", "mlp.router.normalize", False),  # norm_topk_prob: true
+    ("qwen3-qknorm", "norm.eps", 0.5),  # the QK-norms read norm.eps
+    ("gemma-geglu", "norm.unit_offset", False),
+    ("gemma-geglu", "embedding_scale", 1.0),
+    ("gemma2-sandwich", "attention.softcap", 50.0),
+    ("gemma2-sandwich", "output.softcap", 30.0),
+    ("gemma2-sandwich", "attention.scale", 32**-0.5),
+    ("gemma3-local", "layer_kinds.sliding.position.theta", 1000000.0),
+    ("phi3-longrope-long", "position.scaling.original_max_positions", 32),  # the short factors instead
+    ("llama3-rope", "position.scaling.high_freq_factor", 2.0),
+    ("llama-yarn", "position.scaling.factor", 2.0),
+    ("gptj-interleaved", "position.rotation", "half"),
+    ("neox-parallel", "position.fraction", 0.5),
+    ("olmo2-post", "norm.eps", 0.3),  # read by the post-sublayer and the full-width QK norms
+]
+
+
+@pytest.mark.parametrize(("case_id", "key", "value"), MUTATIONS, ids=lambda v: str(v))
+def test_a_mutated_import_fails_the_comparison(family, case_id: str, key: str, value: Any) -> None:  # noqa: F811
+    s = family(case_id)
+    wrong = specc.load_spec(import_hf(s.folder).document, overrides={key: value})
+    assert wrong != s.spec
+    x = _inputs(s)
+
+    def worst(spec: Any) -> float:
+        with torch.no_grad():
+            got = specc.build_torch(spec, weights=s.weights).run(dict(x))
+        return max(float((v - r).abs().max()) / max(1.0, float(r.abs().max())) for v, r in _pairs(s, x, got).values())
+
+    assert worst(s.spec) <= RTOL_OF_SCALE
+    assert worst(wrong) > 10 * RTOL_OF_SCALE, f"{case_id}: {key}={value} is not caught"
+
+
+def test_mutations_name_real_cases() -> None:
+    assert {c for c, _, _ in MUTATIONS} <= set(FAMILY_BY_ID)

@@ -1,0 +1,68 @@
+"""Presets of today's open models: parameter counts exact against the published figures (analyzer only, never
+allocating), and each preset is what ``specc import-hf`` makes of its source's released config.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hf_hub_configs import HUB_CONFIGS
+
+from specc import load_spec
+from specc.analysis import analyze
+from specc.interop import import_hf
+
+PUBLISHED = {
+    "llama3.1-8b": 8_030_261_248,
+    "mistral-7b": 7_241_732_096,
+    "qwen2.5-7b": 7_615_616_512,
+    "phi3-mini-4k": 3_821_079_552,
+    "qwen3-8b": 8_190_735_360,
+    "qwen3-30b-a3b": 30_532_122_624,
+    "gemma-7b": 8_537_680_896,
+    "gemma2-9b": 9_241_705_984,
+    "gemma3-1b": 999_885_952,
+    "pythia-1.4b": 1_414_647_808,
+    "olmo2-7b": 7_298_617_344,
+}
+
+
+def test_qwen3_moe_active_count() -> None:
+    p = analyze("qwen3-30b-a3b", crossover=False).params
+    assert p.active == 3_353_032_704  # "3.3B activated": 8 of 128 experts + everything shared
+    assert p.total - p.active == p.by_category["mlp"] * 120 // 128
+
+
+@pytest.mark.parametrize(("preset", "count"), PUBLISHED.items())
+def test_published_parameter_counts(preset: str, count: int) -> None:
+    r = analyze(preset, crossover=False)
+    assert r.params.total == count
+    assert load_spec(preset).source  # every preset names where its numbers come from
+
+
+# what a preset states beyond the architecture (and import-hf's training-only defaults)
+# (dtype: the presets state what the models are run in, the configs what the files were saved in)
+_NOT_ARCHITECTURE = {"name", "source", "description", "init", "dropout", "dtype"}
+
+
+@pytest.mark.parametrize("preset", HUB_CONFIGS)
+def test_preset_is_the_import_of_its_source_config(preset: str, tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(HUB_CONFIGS[preset], indent=2), encoding="utf-8")
+    imported = import_hf(path).spec.model_dump(exclude=_NOT_ARCHITECTURE)
+    assert imported == load_spec(preset).model_dump(exclude=_NOT_ARCHITECTURE)
+
+
+@pytest.mark.parametrize("preset", HUB_CONFIGS)
+def test_hf_counts_the_published_number_from_the_same_config(preset: str) -> None:
+    """The configs above are the released ones: transformers builds (on the meta device, allocating nothing)
+    a model of exactly the published size from each."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    data = HUB_CONFIGS[preset]
+    cls = getattr(transformers, data["architectures"][0])
+    skip = {"architectures", "model_type", "transformers_version", "torch_dtype"}
+    with torch.device("meta"):
+        model = cls(cls.config_class(**{k: v for k, v in data.items() if k not in skip}))
+    assert model.num_parameters() == PUBLISHED[preset]

@@ -1,0 +1,110 @@
+"""A standalone model.py loads specc or Hugging Face tensor names, by a table written from specc's weight plan:
+GPT-2 (Conv1D transposes, tied head) and Llama (q/k/v concatenated) twins saved with save_pretrained give HF's
+logits; for every family the table builds exactly the tensors specc's own interop builds."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from test_hf_zoo import BY_ID, save
+from test_torch_cases import CASES, tiny
+
+import specc
+from specc.backends.torch import write_model_py
+from specc.backends.torch.standalone_names import hf_plan
+from specc.interop import import_hf
+from specc.interop import plan as plans
+from specc.interop.names import to_specc_names
+
+pytest.importorskip("transformers")
+
+
+def _model_py(spec, path: Path) -> ModuleType:
+    """model.py written for ``spec`` and imported as a module of its own (it needs no specc)."""
+    write_model_py(spec, path)
+    loaded = importlib.util.spec_from_file_location(f"_model_py_{path.parent.name}", path)
+    module = importlib.util.module_from_spec(loaded)
+    sys.modules[loaded.name] = module  # dataclass-free, but pickle and typing look modules up by name
+    loaded.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("case_id", ["gpt2-tied", "llama-gqa"])
+def test_model_py_loads_hf_checkpoints_saved_by_save_pretrained(tmp_path: Path, case_id: str) -> None:
+    hf, folder = save(BY_ID[case_id], tmp_path)
+    weights = folder / "model.safetensors"
+    names = set(load_file(str(weights)))
+    assert any(n.startswith(("transformer.h.0.attn.c_attn", "model.layers.0.self_attn.q_proj")) for n in names)
+    model_py = _model_py(import_hf(folder).spec, tmp_path / "model.py")
+    assert "HF_NAMES" in (tmp_path / "model.py").read_text()
+    model = model_py.build(weights=str(weights))  # an absolute path: not beside model.py
+    ids = torch.randint(3, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))  # no pad id 0
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-5, rtol=1e-5)
+        hf.generation_config.update(eos_token_id=None, pad_token_id=0, do_sample=False, num_beams=1)
+        one = ids[:1]
+        assert torch.equal(model.generate(one, 6), hf.generate(one, max_new_tokens=6, min_new_tokens=6))
+
+    # the base model's names (no ``transformer.`` / ``model.`` wrapper) load too; stray tensors are refused
+    tensors = load_file(str(weights))
+    bare = {k.split(".", 1)[1] if k.startswith(("transformer.", "model.")) else k: v for k, v in tensors.items()}
+    save_file(bare, str(tmp_path / "bare.safetensors"))
+    with torch.no_grad():
+        torch.testing.assert_close(model_py.build(weights="bare.safetensors")(ids), model(ids))
+    save_file({**tensors, "extra.weight": torch.zeros(2)}, str(tmp_path / "extra.safetensors"))
+    with pytest.raises(ValueError, match=r"extra\.weight"):
+        model_py.build(weights="extra.safetensors")
+
+
+def test_a_tied_copy_must_equal_the_tensor_it_copies(tmp_path: Path) -> None:
+    _, folder = save(BY_ID["gpt2-tied"], tmp_path)
+    tensors = load_file(str(folder / "model.safetensors"))
+    model_py = _model_py(import_hf(folder).spec, tmp_path / "model.py")
+    wte = tensors["transformer.wte.weight"]
+    save_file({**tensors, "lm_head.weight": wte.clone()}, str(tmp_path / "same.safetensors"))
+    model_py.build(weights="same.safetensors")
+    save_file({**tensors, "lm_head.weight": wte + 1}, str(tmp_path / "differ.safetensors"))
+    with pytest.raises(ValueError, match=r"lm_head\.weight"):
+        model_py.build(weights="differ.safetensors")
+
+
+def _checkpoints(plan: plans.Plan, graph) -> list[dict[str, torch.Tensor]]:
+    """Random HF-named checkpoints for the plan: one with every target's first alternative, one with its last."""
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for pick in (0, -1):
+        tensors: dict[str, torch.Tensor] = {}
+        for rules in plan.rules.values():
+            rule = rules[pick]
+            for name, shape in zip(rule.sources, rule.expect, strict=True):
+                tensors.setdefault(name, torch.randn(shape, generator=g))
+        out.append(tensors)
+    return out
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_table_builds_what_specc_interop_builds(tmp_path: Path, case: str) -> None:
+    spec = tiny(case)
+    graph = specc.lower(spec)
+    plan = hf_plan(graph)
+    if plan is None:
+        assert "HF_NAMES" not in write_model_py(spec, tmp_path / "model.py").read_text()
+        return
+    model_py = _model_py(spec, tmp_path / "model.py")
+    root = model_py.build.__annotations__["return"]
+    with torch.device("meta"):
+        model = (root if isinstance(root, type) else getattr(model_py, root))()
+    for tensors in _checkpoints(plan, graph):
+        want = to_specc_names(graph, tensors)
+        got = model_py.from_hf(model, tensors, model_py.HF_NAMES, model_py.HOW, model_py.HF_TIED)
+        assert set(got) == set(want) == set(model.state_dict())
+        for name in want:
+            assert torch.equal(got[name], want[name]), name
+    specc_named = {k: torch.zeros(v.shape) for k, v in model.state_dict().items()}
+    assert model_py.from_hf(model, specc_named, model_py.HF_NAMES, model_py.HOW, model_py.HF_TIED) is specc_named
