@@ -1,6 +1,6 @@
 """Weight-only quantized ONNX (``--quantize int8|int4``) against the fp32 graph: size, decode speed, quality.
 
-    python bench/onnx_quant.py            # the recorded benchmark (~10 minutes on 2 shared cores)
+    python bench/onnx_quant.py            # the recorded benchmark (75 minutes here under heavy shared load)
     python bench/onnx_quant.py --quick    # smoke test (2 blocks, a few training steps)
     (also run by bench/bench_onnx.py --quant)
 
