@@ -23,8 +23,8 @@ specc by its Hugging Face name mapping) and the same thread count, contenders ti
 Targets (issue 13): ORT forward ≥ 1.0× HF and ≥ 90% of the MatMul peak; generation ≥ 1.5× HF tokens/s and
 ≥ 85% of the bandwidth floor; sparse MoE ≥ 2× the dense form.
 ORT threads: ``intra_op_num_threads`` set to the torch thread count; its workers are kept from spinning into
-the next contender's time by an idle gap before every timed call (SETTLE_S), not by disabling spinning (which
-slows ORT's own runs: every op then wakes sleeping threads).
+the next contender's time by an idle gap before every timed call (SETTLE_S); the same graph is also timed with
+``session.intra_op.allow_spinning=0`` (one row), so both ways are on record.
 """
 
 from __future__ import annotations
