@@ -220,7 +220,8 @@ def _attention_ctor(op: Op, a: Attr) -> str:
         rope = f", rope=Rotary({a('rope_dims')}, {a('rope_theta')}{extra})"
     if op.attrs.get("softcap"):  # SDPA cannot cap scores: the explicit-softmax layer
         return f"SoftcapAttention({head}{_kwargs(a, op, defaults)}{rope}, softcap={a('softcap')})"
-    return f"SelfAttention({head}{_kwargs(a, op, defaults)}{rope})"
+    windowed = op.attrs.get("mask") in ("sliding_window", "chunked")  # decoding reads the window only
+    return f"{'Windowed' if windowed else 'Self'}Attention({head}{_kwargs(a, op, defaults)}{rope})"
 
 
 def _attention_call(op: Op, c: Call) -> str:

@@ -6,7 +6,7 @@ compile --target python`` copies the definitions a model uses into its standalon
 
 from __future__ import annotations
 
-from .attention import AttentionCore, CrossAttention, SelfAttention, SoftcapAttention
+from .attention import AttentionCore, CrossAttention, SelfAttention, SoftcapAttention, WindowedAttention
 from .embed import (
     ClsToken,
     LearnedPositions,
@@ -52,6 +52,7 @@ __all__ = [
     "SinusoidalPositions2d",
     "SliceRMSNorm",
     "SoftcapAttention",
+    "WindowedAttention",
     "SpeccModel",
     "State",
     "TiedLinear",

@@ -120,7 +120,26 @@ def math_attention(
     return torch.matmul(F.dropout(probs, p, True) if p else probs, v), probs
 
 
-class SoftcapAttention(SelfAttention):
+class WindowedAttention(SelfAttention):
+    """SelfAttention that cuts the keys no new query can see before attending: a decoding step of a sliding-window
+    (chunked) layer reads its last ``window`` (``chunk``) cache entries, as a rolling cache would."""
+
+    def visible(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        offset, n = k.shape[2] - q.shape[2], q.shape[2]  # cached entries before the new queries
+        first = 0
+        if self.mask == "sliding_window" and self.window:
+            first = max(0, offset - self.window + 1)
+        elif self.mask == "chunked" and self.chunk:
+            first = max(0, min(offset // self.chunk * self.chunk, offset + n - self.chunk))
+        if not first or mask is None:
+            return k, v, mask
+        return k[:, :, first:], v[:, :, first:], mask[..., first:]
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        return super().attend(q, *self.visible(q, k, v, mask), causal)
+
+
+class SoftcapAttention(WindowedAttention):
     """SelfAttention with soft-capped scores, softcap · tanh(scores / softcap) before the mask (Gemma 2).
 
     SDPA cannot cap scores, so the core runs the explicit softmax (``math_attention``)."""
@@ -132,6 +151,7 @@ class SoftcapAttention(SelfAttention):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         if self.kernel is not None:  # attention maps, FLOP counting: they cap too (math_attention)
             return super().attend(q, k, v, mask, causal)
+        k, v, mask = self.visible(q, k, v, mask)
         y = math_attention(self, q, k, v, mask, causal, self.dropout if self.training else 0.0)[0]
         return y.transpose(1, 2).flatten(2)
 
