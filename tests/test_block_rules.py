@@ -155,3 +155,13 @@ def test_tensor_parallel_roles_look_through_qk_norm_and_shared_experts() -> None
     roles = {n: tp_role(g, g.op(f"blocks.0.{n}")) for n in ("attn.qkv", "attn.out", "mlp.shared.up", "mlp.shared.down")}
     assert roles == {"attn.qkv": "column", "attn.out": "row", "mlp.shared.up": "column", "mlp.shared.down": "row"}
     assert tp_role(g, g.op("blocks.0.mlp.shared_gate")) == "replicated"
+
+
+def test_attention_impl_names_the_path_soft_capped_layers_take() -> None:
+    """A soft-capped layer has no SDPA path (it always runs the explicit softmax): the model says so."""
+    sets = [*SMALL, "attention.kv_heads=2", "mlp.hidden=48"]
+    plain = specc.build_torch(specc.load_spec("llama2-7b", sets))
+    capped = specc.build_torch(specc.load_spec("llama2-7b", [*sets, "attention.softcap=20.0"]))
+    assert plain.attention_impl == "sdpa" and capped.attention_impl == "math"
+    plain.attention_impl = "math"
+    assert plain.attention_impl == "math"

@@ -39,9 +39,11 @@ class SpeccModel(Model):
 
     @property
     def attention_impl(self) -> str:
-        """sdpa (fused kernels) | math (explicit softmax), for every attention layer."""
+        """sdpa (fused kernels) | math (explicit softmax, set or forced: soft-capped layers have no SDPA path) |
+        mixed, over every attention layer."""
         cores = [m for m in self.modules() if isinstance(m, AttentionCore)]
-        return "math" if cores and all(m.kernel is math_kernel for m in cores) else "sdpa"
+        math = [m.kernel is math_kernel or getattr(m, "softcap", None) for m in cores]
+        return "math" if cores and all(math) else "mixed" if any(math) else "sdpa"
 
     @attention_impl.setter
     def attention_impl(self, impl: str) -> None:
