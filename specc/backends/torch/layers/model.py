@@ -51,9 +51,8 @@ class Model(nn.Module):
 
     def start(self, inputs: dict[str, Tensor | None], max_len: int) -> KVCache:
         """A cache for ``max_len`` tokens, keeping the inputs that do not grow (the source sequence)."""
-        cache, grows = KVCache(max_len), (self.STEP_INPUT, self.META.get("positions_follow"))
-        cache.inputs = {k: v for k, v in inputs.items() if k not in grows}
-        return cache
+        grows = (self.STEP_INPUT, self.META.get("positions_follow"))
+        return KVCache(max_len, {k: v for k, v in inputs.items() if k not in grows})
 
     def step(self, cache: KVCache, tokens: Tensor, **growing: Tensor | None) -> Tensor:
         """Feed tokens [B, n] after the cached ones (and the mask so far); logits of the last position [B, 1, V]."""

@@ -12,10 +12,9 @@ from torch import Tensor, nn
 class KVCache:
     """Decoding state: keys/values per attention layer, recurrent states, values computed once, fixed inputs."""
 
-    def __init__(self, max_len: int):
-        self.max_len, self.length = max_len, 0  # room for, and tokens already in, the cache
-        # per layer: keys/values, recurrent states, outputs fixed per sequence; inputs that do not grow (the source)
-        self.kv, self.recurrent, self.static, self.inputs = {}, {}, {}, {}
+    def __init__(self, max_len: int, inputs: dict[str, Any] | None = None):
+        self.max_len, self.length, self.inputs = max_len, 0, inputs or {}  # inputs that do not grow (the source)
+        self.kv, self.recurrent, self.static = {}, {}, {}  # per layer: keys/values, recurrent states, fixed outputs
 
     def update(self, layer: nn.Module, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write keys/values [B, H, n, D] after the cached ones; return views of everything so far."""
