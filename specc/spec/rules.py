@@ -95,44 +95,24 @@ def _attention(spec: _Transformer) -> Any:
             "decoders are causal, and padding is applied whenever attention_mask is passed at run time: "
             "use mask: causal",
         )
-    if mask == "sliding_window" and a.window is None:
-        yield Violation(("attention", "mask"), "mask sliding_window needs attention.window", "add window: 4096")
-    if a.window is not None and mask != "sliding_window":
-        yield Violation(
-            ("attention", "window"),
-            f"attention.window is only used with mask sliding_window (mask is {mask})",
-            "set mask: sliding_window or remove window",
-        )
-    if mask == "prefix" and a.prefix is None:
-        yield Violation(("attention", "mask"), "mask prefix needs attention.prefix", "add prefix: <length>")
-    if a.prefix is not None and mask != "prefix":
-        yield Violation(
-            ("attention", "prefix"),
-            f"attention.prefix is only used with mask prefix (mask is {mask})",
-            "set mask: prefix or remove prefix",
-        )
-    if isinstance(spec, _TextModel) and a.window is not None and a.window > spec.context:
-        yield Violation(
-            ("attention", "window"),
-            f"window {a.window} is longer than context {spec.context}",
-            "a window that covers the whole context is a plain causal mask: use mask: causal",
-        )
-    if isinstance(spec, _TextModel) and a.prefix is not None and a.prefix > spec.context:
-        yield Violation(("attention", "prefix"), f"prefix {a.prefix} is longer than context {spec.context}")
-    if mask == "chunked" and a.chunk is None:
-        yield Violation(("attention", "mask"), "mask chunked needs attention.chunk", "add chunk: 8192")
-    if a.chunk is not None and mask != "chunked":
-        yield Violation(
-            ("attention", "chunk"),
-            f"attention.chunk is only used with mask chunked (mask is {mask})",
-            "set mask: chunked or remove chunk",
-        )
-    if isinstance(spec, _TextModel) and a.chunk is not None and a.chunk > spec.context:
-        yield Violation(
-            ("attention", "chunk"),
-            f"chunk {a.chunk} is longer than context {spec.context}",
-            "a chunk that covers the whole context is a plain causal mask: use mask: causal",
-        )
+    # Each structural mask and the length it needs: (field, mask, hint when missing, hint when too long).
+    for field, kind, example, too_long in (
+        ("window", "sliding_window", "4096", "a window that covers the whole context is a plain causal mask"),
+        ("prefix", "prefix", "<length>", None),
+        ("chunk", "chunked", "8192", "a chunk that covers the whole context is a plain causal mask"),
+    ):
+        value = getattr(a, field)
+        if mask == kind and value is None:
+            yield Violation(("attention", "mask"), f"mask {kind} needs attention.{field}", f"add {field}: {example}")
+        if value is not None and mask != kind:
+            yield Violation(
+                ("attention", field),
+                f"attention.{field} is only used with mask {kind} (mask is {mask})",
+                f"set mask: {kind} or remove {field}",
+            )
+        if isinstance(spec, _TextModel) and value is not None and value > spec.context:
+            hint = f"{too_long}: use mask: causal" if too_long else None
+            yield Violation(("attention", field), f"{field} {value} is longer than context {spec.context}", hint)
 
 
 def _mlp(spec: _Transformer) -> Any:
