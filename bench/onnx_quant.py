@@ -6,9 +6,12 @@
 
 Measured in one run, the same weights for every variant:
 - file size and greedy decode tokens/s through the KV-cache graph (prompt 32, B=1) on GPT-2 small with random
-  weights: fp32, int8 (MatMulNBits bits=8 and quantize_dynamic, to pick the faster), int4 (block 32, and with
-  --no-quantize-head); timed round-robin with idle gaps (bench_onnx.interleaved). Targets: int4 ≤ 40% of the
-  fp32 file, int4 ≥ 2× and int8 ≥ 1.5× the fp32 graph's tokens/s.
+  weights: fp32, int8 (MatMulNBits bits=8 and quantize_dynamic, to pick the faster), int4 (block 32), each
+  MatMulNBits variant with the token embedding quantized (GatherBlockQuantized on the tied head's weight: the
+  table stored once, the default) and with ``--no-quantize-embedding`` (the fp32 table beside the quantized
+  head), and int4 with ``--no-quantize-head`` (head and table fp32, stored once); timed round-robin with idle
+  gaps (bench_onnx.interleaved). Targets: int4 ≤ 40% of the fp32 file, int4 ≥ 2× and int8 ≥ 1.5× the fp32
+  graph's tokens/s.
 - quality on a character LM trained here by ``specc train --task lm`` (the spec below, the text: this
   repository's ``specc/**/*.py`` sources, first 400 KB, 90/10 split): perplexity on held-out windows and the
   mean KL(fp32 ‖ quantized) of the next-character distributions. Targets: int8 within 1%, int4 within 5%.
@@ -51,10 +54,12 @@ def variants() -> dict[str, object]:
 
     return {
         "fp32": None,
-        "int8 MatMulNBits": Quantization("int8", 32),
-        "int8 quantize_dynamic": Quantization("int8", 32, method="dynamic"),
-        "int4 block 32": Quantization("int4", 32),
-        "int4 block 32, --no-quantize-head": Quantization("int4", 32, head=False),
+        "int8 MatMulNBits": Quantization("int8", 32, embedding=True),
+        "int8 MatMulNBits, --no-quantize-embedding": Quantization("int8", 32, embedding=False),
+        "int8 quantize_dynamic (embedding fp32)": Quantization("int8", 32, method="dynamic"),
+        "int4 block 32": Quantization("int4", 32, embedding=True),
+        "int4 block 32, --no-quantize-embedding": Quantization("int4", 32, embedding=False),
+        "int4 block 32, --no-quantize-head (embedding fp32)": Quantization("int4", 32, head=False),
     }
 
 
