@@ -145,7 +145,21 @@ def test_ruled_out_cases(cli: CLI, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     code, _, err = cli("compile", "gpt2", "-t", "onnx", "--quantize", "int8", "--quantize-embedding",
                        "-o", tmp_path / "b.onnx", *sets)  # fmt: skip
     assert code == 2 and "1.23" in err and "Traceback" not in err
+    code, _, err = cli("compile", "gpt2", "-t", "onnx", "--no-quantize-embedding", "-o", tmp_path / "c.onnx", *sets)
+    assert code == 2 and "--no-quantize-embedding applies with --quantize" in err
 
 
 def test_support_probe_runs_the_kernel() -> None:
     assert quantize_embed.supported(4, "fp32") and quantize_embed.supported(8, "fp16")
+
+
+def test_fp16_export(tmp_path: Path) -> None:
+    """fp16 activations: the Gather dequantizes to fp16 (the scales' dtype), the logits stay near fp16's."""
+    spec = specc.load_spec("gpt2", [*GPT, "init.std=0.1"])
+    q = export_onnx(spec, tmp_path / "h.onnx", dtype="fp16", quantize="int8")
+    assert "GatherBlockQuantized" in _ops(q)
+    ids = np.random.default_rng(4).integers(0, V, (1, 9))
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    got = OrtModel.open(q, "cpu", 1).run(feeds)["logits"].astype(np.float32)
+    want = OrtModel.open(export_onnx(spec, tmp_path / "r.onnx"), "cpu", 1).run(feeds)["logits"]
+    assert np.abs(got - want).mean() < 0.02 * want.std()

@@ -76,7 +76,8 @@ def compile_(
     quantize_head: Annotated[
         bool,
         typer.Option(
-            "--quantize-head/--no-quantize-head", help="--quantize: also quantize lm_head (and a tied embedding)"
+            "--quantize-head/--no-quantize-head",
+            help="--quantize: also quantize lm_head (--no-quantize-head keeps it, and a table tied to it, float)",
         ),
     ] = True,
     quantize_embedding: Annotated[
@@ -95,6 +96,11 @@ def compile_(
         from ..errors import SpecError
 
         raise SpecError("--quantize applies to --target onnx", hint="the torch targets stay in float")
+    if quantize is None and quantize_embedding is not None:
+        from ..errors import SpecError
+
+        flag = "--quantize-embedding" if quantize_embedding else "--no-quantize-embedding"
+        raise SpecError(f"{flag} applies with --quantize int8|int4", hint="without --quantize every weight is float")
     s = load(spec, sets)
     path = output or Path(f"{s.name}{_DEFAULT_SUFFIX[target]}")
     check_output(path, *weight_files(weights))  # before building or exporting anything
