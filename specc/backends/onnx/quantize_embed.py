@@ -10,8 +10,9 @@ same bytes, reshaped. So, as onnxruntime-genai's "shared embeddings" do:
 - any other table is quantized by onnxruntime's own ``MatMulNBitsQuantizer`` as the weight of a one-node
   MatMul (``table @ x``: N = vocabulary, K = width), and its B (reshaped) and scales feed the Gather.
 
-onnxruntime versions (CPU kernel): uint8 data needs 1.22 (4-bit, onnxruntime PR 24239) and 1.23 for bits=8
-(PR 25214, CPU only at first); ``supported`` runs one tiny model on the onnxruntime in use to know for sure.
+onnxruntime versions (CPU kernel): uint8 data came with PR 24239 (4-bit, no zero points; spring 2025, so 1.22)
+and the ``bits`` attribute with bits=8 with PR 25214 (CPU only at first; summer 2025, so 1.23) -- versions
+inferred from the merge dates; ``supported`` runs one tiny model on the onnxruntime in use to know for sure.
 K must be a multiple of the block size (MatMulNBits pads the last block, which the Gather would read as
 extra columns).
 """
