@@ -79,6 +79,15 @@ def compile_(
             "--quantize-head/--no-quantize-head", help="--quantize: also quantize lm_head (and a tied embedding)"
         ),
     ] = True,
+    quantize_embedding: Annotated[
+        bool | None,
+        typer.Option(
+            "--quantize-embedding/--no-quantize-embedding",
+            help="--quantize: token embeddings as GatherBlockQuantized (a tied head's weight shared); default: "
+            "where the onnxruntime in use supports it",
+            show_default=False,
+        ),
+    ] = None,
     sets: SetOpt = None,
 ) -> None:
     """Compile a spec: weights + spec (torch), a standalone model.py (python) or ONNX with fused attention."""
@@ -112,5 +121,5 @@ def compile_(
 
         export_onnx(s, path, weights=weights, dtype=dt, opset=opset, attention=attention.value, kv_cache=kv_cache,
                     moe=moe.value, quantize=quantize.value if quantize else None, block_size=block_size,
-                    quantize_head=quantize_head)  # fmt: skip
+                    quantize_head=quantize_head, quantize_embedding=quantize_embedding)  # fmt: skip
     out.print(f"wrote {path}")

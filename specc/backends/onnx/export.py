@@ -66,6 +66,7 @@ def export_onnx(
     quantize: str | Quantization | None = None,
     block_size: int = 32,
     quantize_head: bool = True,
+    quantize_embedding: bool | None = None,
 ) -> Path:
     """Write ``spec`` as ONNX with one fused attention node per attention layer; returns ``path``.
 
@@ -77,7 +78,8 @@ def export_onnx(
     ``padding_mask=False`` drops the ``attention_mask`` input (all tokens valid). Decoder-only graphs also take
     an optional ``position_ids`` input; by default their positions follow ``attention_mask`` (positions.py).
     ``quantize``: ``int8`` | ``int4`` weight-only quantized linears (quantize.py), blocks of ``block_size``
-    input channels, lm_head included unless ``quantize_head=False``.
+    input channels, lm_head included unless ``quantize_head=False``, token embeddings unless
+    ``quantize_embedding=False`` (default: wherever the onnxruntime in use supports it).
     ``moe``: ``sparse`` (each expert runs on its routed tokens) or ``dense`` (every expert on every token:
     static shapes, no data-dependent ops); see ops_moe.py.
     """
@@ -95,7 +97,7 @@ def export_onnx(
         moe=moe,
     )
     opts.validate()
-    quant = _quantization(quantize, block_size, quantize_head, opts.dtype)
+    quant = _quantization(quantize, block_size, quantize_head, quantize_embedding, g, opts.dtype)
     family = g.meta["family"]
     if family == "rnn_seq2seq" and kv_cache:
         raise SpecError("--kv-cache does not apply to RNN seq2seq", hint="its decoder_step graph carries the state")
@@ -143,12 +145,14 @@ def export_onnx(
     return given
 
 
-def _quantization(quantize: str | Quantization | None, block_size: int, head: bool, dtype: str) -> Quantization | None:
+def _quantization(
+    quantize: str | Quantization | None, block_size: int, head: bool, embedding: bool | None, g: LayerGraph, dtype: str
+) -> Quantization | None:
     if quantize is None:
         return None
-    q = quantize if isinstance(quantize, Quantization) else Quantization(str(quantize), int(block_size), bool(head))
-    q.validate(dtype)
-    return q
+    if not isinstance(quantize, Quantization):
+        quantize = Quantization(str(quantize), int(block_size), bool(head), embedding=embedding)
+    return quantize.resolve(g, dtype)
 
 
 def _weight_inputs(weights: Any) -> list[Path]:
