@@ -1,6 +1,8 @@
 """A standalone model.py loads specc or Hugging Face tensor names, by a table written from specc's weight plan:
-GPT-2 (Conv1D transposes, tied head) and Llama (q/k/v concatenated) twins saved with save_pretrained give HF's
-logits; for every family the table builds exactly the tensors specc's own interop builds."""
+GPT-2 (Conv1D transposes, tied head), Llama (q/k/v concatenated), BART (offset position rows, logits bias) and
+Marian (the residual stream reordered) twins saved with save_pretrained give HF's logits and tokens; buffers
+and heads a checkpoint holds beyond the model are skipped by name; for every family the table builds exactly
+the tensors specc's own interop builds."""
 
 from __future__ import annotations
 
@@ -33,6 +35,10 @@ def _model_py(spec, path: Path) -> ModuleType:
     sys.modules[loaded.name] = module  # dataclass-free, but pickle and typing look modules up by name
     loaded.loader.exec_module(module)
     return module
+
+
+def _table(model_py: ModuleType) -> tuple:
+    return model_py.HF_NAMES, model_py.HOW, model_py.HF_TIED, model_py.HF_SKIP
 
 
 @pytest.mark.parametrize("case_id", ["gpt2-tied", "llama-gqa"])
@@ -102,9 +108,61 @@ def test_the_table_builds_what_specc_interop_builds(tmp_path: Path, case: str) -
         model = (root if isinstance(root, type) else getattr(model_py, root))()
     for tensors in _checkpoints(plan, graph):
         want = to_specc_names(graph, tensors)
-        got = model_py.from_hf(model, tensors, model_py.HF_NAMES, model_py.HOW, model_py.HF_TIED)
+        got = model_py.from_hf(model, tensors, *_table(model_py))
         assert set(got) == set(want) == set(model.state_dict())
         for name in want:
             assert torch.equal(got[name], want[name]), name
     specc_named = {k: torch.zeros(v.shape) for k, v in model.state_dict().items()}
-    assert model_py.from_hf(model, specc_named, model_py.HF_NAMES, model_py.HOW, model_py.HF_TIED) is specc_named
+    assert model_py.from_hf(model, specc_named, *_table(model_py)) is specc_named
+
+
+@pytest.mark.parametrize("case_id", ["bart-tied", "bart-untied", "marian-shared", "marian-unshared"])
+def test_model_py_loads_encoder_decoder_checkpoints(tmp_path: Path, case_id: str) -> None:
+    """BART drops its 2 unused position rows; Marian's [sin | cos] layout becomes specc's interleaved one by
+    reordering every tensor along the residual stream (HOW's composed ``>interleave`` ops)."""
+    hf, folder = save(BY_ID[case_id], tmp_path)
+    model_py = _model_py(import_hf(folder).spec, tmp_path / "model.py")
+    text = (tmp_path / "model.py").read_text()
+    assert "HF_NAMES" in text and ((">interleave" in text) == case_id.startswith("marian"))
+    model = model_py.build(weights=str(folder / "model.safetensors"))
+    g = torch.Generator().manual_seed(0)
+    target = getattr(hf.config, "decoder_vocab_size", None) or hf.config.vocab_size  # Marian may differ
+    ids, dec = (torch.randint(3, v, (2, n), generator=g) for v, n in ((hf.config.vocab_size, 7), (target, 5)))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(ids, dec), hf(input_ids=ids, decoder_input_ids=dec).logits, atol=1e-5, rtol=1e-5
+        )
+        start = hf.config.decoder_start_token_id
+        hf.generation_config.update(eos_token_id=None, forced_eos_token_id=None, do_sample=False, num_beams=1)
+        mine = model.generate(ids[:1], 5, decoder_start_token_id=start)
+        assert torch.equal(mine, hf.generate(ids[:1], max_new_tokens=5, min_new_tokens=5))
+
+
+def test_model_py_skips_buffers_and_heads_the_model_does_not_have(tmp_path: Path) -> None:
+    """Checkpoints on the Hub carry GPT-2's causal-mask buffers (h.N.attn.bias / masked_bias); a BERT checkpoint
+    carries the next-sentence head an MLM spec does not build. Both load; a stray tensor is still refused."""
+    hf, folder = save(BY_ID["gpt2-tied"], tmp_path)
+    tensors = load_file(str(folder / "model.safetensors"))
+    buffers = {f"transformer.h.{i}.attn.{b}": torch.ones(1, 1, 4, 4) for i in range(2) for b in ("bias", "masked_bias")}
+    save_file({**tensors, **buffers}, str(tmp_path / "buffers.safetensors"))
+    model_py = _model_py(import_hf(folder).spec, tmp_path / "model.py")
+    ids = torch.randint(3, hf.config.vocab_size, (1, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model_py.build(weights="buffers.safetensors")(ids), hf(ids).logits, atol=1e-5, rtol=1e-5
+        )
+    save_file({**tensors, "transformer.h.0.attn.weird": torch.ones(2)}, str(tmp_path / "stray.safetensors"))
+    with pytest.raises(ValueError, match=r"attn\.weird"):
+        model_py.build(weights="stray.safetensors")
+
+    bert, bert_folder = save(BY_ID["bert-mlm"], tmp_path / "bert")
+    bert_tensors = load_file(str(bert_folder / "model.safetensors"))
+    nsp = {
+        "cls.seq_relationship.weight": torch.zeros(2, bert.config.hidden_size),
+        "cls.seq_relationship.bias": torch.zeros(2),
+    }
+    save_file({**bert_tensors, **nsp}, str(tmp_path / "bert.safetensors"))
+    bert_py = _model_py(import_hf(bert_folder).spec, tmp_path / "bert" / "model.py")
+    with torch.no_grad():
+        out = bert_py.build(weights=str(tmp_path / "bert.safetensors"))(ids % bert.config.vocab_size)
+    assert torch.isfinite(next(iter(out.values())) if isinstance(out, dict) else out).all()

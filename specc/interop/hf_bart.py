@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..errors import SpecError
 from ..ir.graph import LayerGraph
-from . import tensor_ops as ops
 from .family import BLOCK, Family, attention_sizes, prefix, rules_for
 from .hf_config import HFConfig
 from .plan import Plan, Rule, ShapeT, concat, copy, rows_from, squeezed
+from .tensor_ops import interleave_order  # noqa: F401  (re-exported: the Marian permutation)
 
 BART_POSITION_OFFSET = 2
 
@@ -136,19 +137,14 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
     else:
         tied = [(f"{p}decoder.embed_tokens.weight", *head)]
 
-    def ignore(n: str) -> bool:
-        if n.endswith("embed_positions.weight") and not learned:
-            return True  # Marian's fixed sinusoid table, recomputed by specc
-        # untied BART keeps a ``shared`` table that neither stack reads
-        return n == f"{p}shared.weight" and not shared and f"{p}encoder.embed_tokens.weight" in names
-
-    return Plan(
-        "BART/Marian",
-        rules_for(g, "BART/Marian", make),
-        tied=tied,
-        ignore=ignore,
-        finish=(lambda built: built) if learned else (lambda built: marian_to_interleaved(g, built)),
-    )
+    # Marian's fixed sinusoid tables are recomputed by specc; untied BART keeps a ``shared`` table neither stack
+    # reads (when a stack reads it, it is used, not ignored)
+    ignore = [] if learned else [r"embed_positions\.weight$"]
+    ignore += [] if shared else [f"^{re.escape(p)}shared\\.weight$"]
+    rules = rules_for(g, "BART/Marian", make)
+    sinusoids = "encoder.pos" in g.graph and g.op("encoder.pos").kind == "sinusoidal_pos"
+    after = marian_interleaving(g, list(rules)) if sinusoids else {}
+    return Plan("BART/Marian", rules, tied=tied, ignore="|".join(ignore), after=after)
 
 
 # ------------------------------------------------------------------------------------------ Marian positions
@@ -164,25 +160,17 @@ _WRITES_TOO = (".mlp.fc2.bias",)
 _NEITHER = (".attn.qkv.bias", ".cross_attn.q.bias", ".cross_attn.kv.bias", ".mlp.fc1.bias", "lm_head.bias")
 
 
-def interleave_order(d: int) -> list[int]:
-    """specc index j ← Marian index (j // 2) + (j % 2) · d/2."""
-    return [j // 2 + (j % 2) * (d // 2) for j in range(d)]
-
-
-def marian_to_interleaved(g: LayerGraph, built: dict[str, Any]) -> dict[str, Any]:
-    d = int(g.op("encoder.embed").attrs["dim"])
-    order = interleave_order(d)
-    norms = {f"{op.name}.{k}" for op in g.ops() if op.kind == "layernorm" for k in op.params}
-    out: dict[str, Any] = {}
-    for name, x in built.items():
+def marian_interleaving(g: LayerGraph, targets: list[str]) -> dict[str, tuple[str, int]]:
+    """target → ("interleave", axis) for every parameter that reads or writes the residual stream."""
+    norms = {f"{op.name}.{k}" for op in g.ops() if op.kind in ("layernorm", "rmsnorm") for k in op.params}
+    out: dict[str, tuple[str, int]] = {}
+    for name in targets:
         if name in norms or name.endswith(_WRITES + _WRITES_TOO):
-            out[name] = ops.take(x, 0, order)
+            out[name] = ("interleave", 0)
         elif name.endswith(_READS) or name == "lm_head.weight":
-            out[name] = ops.take(x, 1, order)
-        elif name.endswith(_NEITHER):
-            out[name] = x
-        else:  # a parameter this mapping does not know: refusing beats a silently wrong model
-            raise ValueError(f"Marian permutation: no rule for {name}")
+            out[name] = ("interleave", 1)
+        elif not name.endswith(_NEITHER):  # a parameter this mapping does not know: refusing beats a wrong model
+            raise SpecError(f"BART/Marian checkpoint: no rule to reorder {name} along the residual stream")
     return out
 
 

@@ -102,20 +102,17 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
     if "lm_head.weight" not in built and "lm_head.bias" in built:
         tied.append((f"{p}embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"))
 
-    def dropped(n: str) -> bool:
-        # heads of other BERT classes: next-sentence prediction, pooler or MLM when the spec lacks them
-        return (
-            n.startswith("cls.seq_relationship.")
-            or (n.startswith(f"{p}pooler.") and "pooler.dense.weight" not in built)
-            or (n.startswith("cls.predictions.") and "mlm.transform.weight" not in built)
-        )
+    # heads of other BERT classes: next-sentence prediction, pooler or MLM when the spec lacks them
+    dropped = [r"^cls\.seq_relationship\."]
+    dropped += [f"^{re.escape(p)}pooler\\."] if "pooler.dense.weight" not in built else []
+    dropped += [r"^cls\.predictions\."] if "mlm.transform.weight" not in built else []
 
     return Plan(
         "BERT",
         rules_for(g, "BERT", make),
         tied=tied,
-        ignore=lambda n: n.endswith(("embeddings.position_ids", "embeddings.token_type_ids")),
-        dropped=dropped,
+        ignore=r"embeddings\.(position_ids|token_type_ids)$",
+        dropped="|".join(dropped),
     )
 
 

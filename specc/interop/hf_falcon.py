@@ -109,7 +109,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
         "Falcon",
         rules_for(g, "Falcon", make),
         tied=[(f"{p}word_embeddings.weight", "lm_head.weight")] if tied else [],
-        ignore=lambda n: n.endswith("rotary_emb.inv_freq"),
+        ignore=r"rotary_emb\.inv_freq$",
     )
 
 

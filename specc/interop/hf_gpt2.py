@@ -82,7 +82,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
         rules_for(g, "GPT-2", make),
         tied=[(f"{p}wte.weight", "lm_head.weight")] if tied else [],
         # causal-mask tables that old checkpoints stored next to the weights
-        ignore=lambda n: re.fullmatch(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)", n) is not None,
+        ignore=r"^(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)$",
     )
 
 

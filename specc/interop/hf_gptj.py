@@ -73,7 +73,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
         "GPT-J",
         rules_for(g, "GPT-J", make),
         tied=[(f"{p}wte.weight", "lm_head.weight")] if tied else [],
-        ignore=lambda n: re.search(r"\.attn\.(bias|masked_bias|embed_positions)$", n) is not None,
+        ignore=r"\.attn\.(bias|masked_bias|embed_positions)$",
     )
 
 

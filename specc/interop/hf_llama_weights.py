@@ -74,7 +74,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
         "Llama-style",
         rules_for(g, "Llama-style", make),
         tied=[(f"{p}embed_tokens.weight", "lm_head.weight")] if tied else [],
-        ignore=lambda n: n.endswith("rotary_emb.inv_freq"),
+        ignore=r"rotary_emb\.inv_freq$",
     )
 
 

@@ -91,7 +91,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
         rules_for(g, "GPT-NeoX", make),
         tied=[(f"{p}embed_in.weight", "lm_head.weight", "embed_out.weight")] if tied else [],
         # rotary tables and the causal-mask buffers older checkpoints stored
-        ignore=lambda n: re.search(r"\.(rotary_emb\.inv_freq|attention\.bias|attention\.masked_bias)$", n) is not None,
+        ignore=r"\.(rotary_emb\.inv_freq|attention\.bias|attention\.masked_bias)$",
     )
 
 

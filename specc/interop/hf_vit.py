@@ -103,7 +103,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
     return Plan(
         "ViT",
         rules_for(g, "ViT", make),
-        dropped=lambda n: n.startswith(f"{p}embeddings.mask_token") or (n.startswith(f"{p}pooler.") and not has_pooler),
+        dropped=f"^{re.escape(p)}embeddings\\.mask_token" + ("" if has_pooler else f"|^{re.escape(p)}pooler\\."),
     )
 
 

@@ -82,12 +82,26 @@ class Plan:
     rules: dict[str, list[Rule]]
     # groups of checkpoint tensors the spec ties into one parameter: those present must all be equal
     tied: list[tuple[str, ...]] = field(default_factory=list)
-    # checkpoint tensors that are not weights (buffers such as position_ids or a causal-mask table)
-    ignore: Callable[[str], bool] = lambda name: False
-    # weights of heads the spec does not build (BERT's NSP head, a ViT pooler): dropped with a warning
-    dropped: Callable[[str], bool] = lambda name: False
-    # a last exact transformation of the built tensors (Marian's residual-stream permutation)
-    finish: Callable[[dict[str, Any]], dict[str, Any]] = lambda built: built
+    # Both as regular expressions searched in a checkpoint name (data, so model.py can carry them; "" = none):
+    # tensors that are not weights (buffers such as position_ids or a causal-mask table), and weights of heads
+    # the spec does not build (BERT's NSP head, a ViT pooler), dropped with a warning
+    ignore: str = ""
+    dropped: str = ""
+    # a last exact reordering of built tensors, as data: target → (op, *args) of tensor_ops (Marian's
+    # residual-stream permutation: ("interleave", axis))
+    after: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def ignores(self, name: str) -> bool:
+        return bool(self.ignore) and re.search(self.ignore, name) is not None
+
+    def drops(self, name: str) -> bool:
+        return bool(self.dropped) and re.search(self.dropped, name) is not None
+
+    def finish(self, built: dict[str, Any]) -> dict[str, Any]:
+        """``built`` with the ``after`` operations applied."""
+        for target, (op, *args) in self.after.items():
+            built[target] = getattr(ops, op)(built[target], *args)
+        return built
 
 
 @dataclass
@@ -115,7 +129,7 @@ def check(plan: Plan, shapes: Mapping[str, ShapeT]) -> Checked:
             if got != want:
                 misshaped.append(f"{s}: shape {list(got)}, expected {list(want)} for {target} ({rule.how})")
     used = {s for r in chosen.values() for s in r.sources}
-    skipped = {n for n in shapes if n not in used and (plan.ignore(n) or plan.dropped(n))}
+    skipped = {n for n in shapes if n not in used and (plan.ignores(n) or plan.drops(n))}
     tied = {n for group in plan.tied for n in group}
     unexpected = [n for n in shapes if n not in used and n not in tied and n not in skipped]
     for first, other in _tied_pairs(plan, shapes):
@@ -127,7 +141,7 @@ def check(plan: Plan, shapes: Mapping[str, ShapeT]) -> Checked:
     problems += listed(f"{label}: mis-shaped tensor", misshaped, "check the spec's sizes against config.json")
     hint = _layers_hint(unexpected) or "the spec does not use these; does it match the model?"
     problems += listed(f"{label}: unexpected tensor", unexpected, hint)
-    return Checked(chosen, problems, sorted(n for n in skipped if plan.dropped(n)))
+    return Checked(chosen, problems, sorted(n for n in skipped if plan.drops(n)))
 
 
 def run(plan: Plan, tensors: Mapping[str, Any]) -> dict[str, Any]:

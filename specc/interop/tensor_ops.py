@@ -55,6 +55,17 @@ def take(x: Any, axis: int, index: list[int]) -> Any:
     return np.take(x, index, axis=axis)
 
 
+def interleave(x: Any, axis: int) -> Any:
+    """Reorder ``axis`` (even length d) from halves [a_0..a_{d/2-1} | b_0..] to pairs [a_0, b_0, a_1, b_1, ...]:
+    out index j ← in index j // 2 + (j % 2) · d/2."""
+    return take(x, axis, interleave_order(x.shape[axis]))
+
+
+def interleave_order(d: int) -> list[int]:
+    """The index ``interleave`` takes: out j ← in j // 2 + (j % 2) · d/2."""
+    return [j // 2 + (j % 2) * (d // 2) for j in range(d)]
+
+
 def equal(a: Any, b: Any) -> bool:
     if _is_torch(a) and _is_torch(b):
         import torch

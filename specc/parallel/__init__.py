@@ -18,14 +18,19 @@ __all__ = ["Rule", "check_tensor_parallel", "local_params", "parallelize", "tens
 DIMS = ("dp", "tp")
 
 
-def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False) -> Any:
-    """``model`` (from ``build_torch``, weights loaded) split over ``mesh``, in place, and returned.
+def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init: bool = True) -> Any:
+    """``model`` (from ``build_torch``) split over ``mesh``, in place, and returned.
 
     ``mesh``: a ``DeviceMesh`` with dimensions named ``dp`` and/or ``tp``. ``tp``: the tensor-parallel plan of
     ``model.graph`` (``specc.parallel.plan``) applied with ``parallelize_module``; ``dp``: ``fully_shard`` per
     block and at the root. The forward takes the same inputs on every rank of a ``tp`` group and returns the
     full logits there; ``dp`` ranks take different batches. ``sequence_parallel``: between blocks the residual
     stream is split by positions over ``tp`` too (``specc.parallel.sequence``; whole sequences only).
+
+    A model larger than one device: build it on the meta device (``build_torch(spec, device="meta")``); it
+    is split there and each rank then allocates only its shards (``specc.parallel.materialize``), filled with
+    the values ``build_torch(spec)`` would give (``init=True``) or left for ``checkpoint.load_into`` /
+    ``materialize.load_full`` (``init=False``). A model with real weights keeps them (``init`` must be True).
     """
     from ..backends.torch import kernels
     from .fsdp import apply_fsdp
@@ -40,6 +45,14 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False) -> An
     graph = getattr(model, "graph", None)
     if graph is None:
         raise SpecError("parallelize takes a model built by specc (build_torch): its plan comes from model.graph")
+    from .materialize import is_meta, materialize
+
+    meta = is_meta(model)
+    if not init and not meta:
+        raise SpecError(
+            "init=False leaves the parameters of a meta-device model uninitialized; this model has real weights",
+            hint='build_torch(spec, device="meta") for a model a checkpoint will fill',
+        )
     kernels.restore(model)  # DTensor and FSDP parameters run on F.linear
     tp = mesh["tp"] if "tp" in names else None
     dp = mesh["dp"] if "dp" in names else None
@@ -50,4 +63,6 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False) -> An
     if dp is not None and dp.size() > 1:
         apply_fsdp(model, graph, dp)
     model.mesh = mesh
+    if meta:
+        materialize(model, init)
     return model

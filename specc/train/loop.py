@@ -154,11 +154,14 @@ def setup(
         check_config(cfg)
         M.check_lengths(graph, {"encoder": cfg.max_len, "decoder": task.max_target_len(cfg.max_len) + 1})
         vocab = task.vocab
-    model = M.build(spec, device, weights)
-    if mesh is not None:
-        from ..parallel import parallelize
+    if mesh is None:
+        model = M.build(spec, device, weights)
+    else:  # built on meta: each rank materializes its shards alone (specc.parallel.materialize)
+        from ..parallel import materialize, parallelize
 
-        model = parallelize(model, mesh)
+        model = parallelize(M.build(spec, torch.device("meta")), mesh, init=weights is None)
+        if weights is not None:
+            materialize.load_full(model, weights)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     run = Run(spec, graph, cfg, model, optimizer, vocab, device, task=task, text=text, mesh=mesh)

@@ -155,7 +155,7 @@ Needs torch (safetensors for weights), not specc. build() loads WEIGHTS (specc{h
 """
 
 '''
-    load = "from_hf(model, tensors, HF_NAMES, HOW, HF_TIED)" if names else "tensors"
+    load = "from_hf(model, tensors, HF_NAMES, HOW, HF_TIED, HF_SKIP)" if names else "tensors"
     tail = f'''
 
 {names}WEIGHTS = {weights_file!r}  # safetensors beside this file, or None for the seeded initialisation

@@ -9,7 +9,6 @@ the table uses are written (``HOW``).
 from __future__ import annotations
 
 import re
-from dataclasses import fields
 from typing import Any
 
 from ...errors import SpecError
@@ -26,8 +25,8 @@ HOW = {
     "reshape": "lambda xs, shape: xs[0].reshape(shape)",
     "rows": "lambda xs, start: xs[0][start:]",
     "narrow": "lambda xs, dim, start, stop: xs[0].narrow(dim, start, stop - start).contiguous()",
+    "interleave": "lambda xs, dim: xs[0].unflatten(dim, (2, -1)).transpose(dim, dim + 1).flatten(dim, dim + 1)",
 }
-_IDENTITY = next(f.default for f in fields(Plan) if f.name == "finish")
 _INDEX = re.compile(r"\.(\d+)\.")
 
 
@@ -40,8 +39,8 @@ def hf_plan(graph: LayerGraph) -> Plan | None:
             plan = family.plan(graph, set())
         except SpecError:  # the family has no tensor for some parameter: not this spec's family
             continue
-        # a plan that also transforms the built tensors, or has a rule not written as data, does not fit a table
-        if plan.finish is _IDENTITY and all(r.op for rules in plan.rules.values() for r in rules):
+        # every rule, and every reordering after it, must be written as data the table can carry
+        if all(r.op for rules in plan.rules.values() for r in rules) and all(a[0] in HOW for a in plan.after.values()):
             return plan
     return None
 
@@ -49,7 +48,7 @@ def hf_plan(graph: LayerGraph) -> Plan | None:
 def hf_table(plan: Plan) -> dict[str, list[tuple[Any, ...]]]:
     """specc name → alternatives (op | (op, *args), *HF names); ``*`` stands for the block index where every
     block's rule is the same up to it."""
-    exact = {t: [(r.op[0] if len(r.op) == 1 else r.op, *r.sources) for r in rs] for t, rs in plan.rules.items()}
+    exact = {t: [(_op(r.op, plan.after.get(t)), *r.sources) for r in rs] for t, rs in plan.rules.items()}
     folded: dict[str, list[tuple[Any, ...]]] = {}
     keys: dict[str, list[str]] = {}
     clash: set[str] = set()
@@ -72,6 +71,27 @@ def hf_table(plan: Plan) -> dict[str, list[tuple[Any, ...]]]:
     return folded
 
 
+def _op(op: tuple[Any, ...], after: tuple[Any, ...] | None) -> Any:
+    """A rule's op as the table writes it: "name" | (name, *args); a reordering after it composes as
+    ("name>then", *args, *then_args)."""
+    if after is not None:
+        op = (f"{op[0]}>{after[0]}", *op[1:], *after[1:])
+    return op[0] if len(op) == 1 else op
+
+
+def _how(name: str) -> str:
+    """The HOW entry of an op name: a tensor operation, or ``a>b`` (b applied to a's result)."""
+    first, _, then = name.partition(">")
+    if not then:
+        return HOW[first]
+    return f'lambda xs, *a: HOW["{then}"]([HOW["{first}"](xs, *a[:-1])], *a[-1:])'
+
+
+def skip_pattern(plan: Plan) -> str:
+    """The checkpoint names the plan does not read and that are not errors: buffers and heads not built."""
+    return "|".join(p for p in (plan.ignore, plan.dropped) if p) or "$^"
+
+
 def hf_tied(plan: Plan) -> dict[str, str]:
     """HF names a checkpoint may hold beside the ones it is read from: tied copies → the tensor they equal."""
     sources = {s for rules in plan.rules.values() for r in rules for s in r.sources}
@@ -89,6 +109,7 @@ def names_source(graph: LayerGraph) -> str:
         return ""
     table = hf_table(plan)
     ops = {alt[0] if isinstance(alt[0], str) else alt[0][0] for alts in table.values() for alt in alts}
+    ops |= {part for name in ops for part in name.split(">")}  # a composed op calls its parts
     rows: list[str] = []
     for key, alternatives in table.items():  # a table: short entries share lines of ≤ 120 columns
         entry = _entry(key, alternatives)
@@ -96,11 +117,13 @@ def names_source(graph: LayerGraph) -> str:
             rows[-1] += " " + entry[0]
         else:
             rows += entry
-    how = ", ".join(f'"{k}": {HOW[k]}' for k in sorted(ops, key=list(HOW).index))
+    order = [*HOW, *sorted(n for n in ops if n not in HOW)]  # tensor operations first, compositions after
+    how = ", ".join(f'"{k}": {_how(k)}' for k in sorted(ops, key=order.index))
     doc = f"# {plan.family} names (specc's weight plan): specc name ← (op | (op, *args), *HF names) | [...]; * = block"
     head = f"HF_NAMES = {{  {doc}" if len(doc) <= 104 else f"{doc}\nHF_NAMES = {{"
     body = "".join(f"    {r}\n" for r in rows)
-    tied = f"HF_TIED = {_literal(hf_tied(plan))}  # HF names that hold a copy of another tensor"
+    tied = f'HF_TIED, HF_SKIP = {_literal(hf_tied(plan))}, r"{skip_pattern(plan)}"'
+    tied += "  # HF names that copy another tensor; that are not weights" if len(tied) <= 60 else ""
     return f"# fmt: off\n{head}\n{body}}}\n# fmt: on\n{tied}\nHOW = {{{how}}}\n"
 
 

@@ -8,14 +8,14 @@ import re
 from torch import Tensor, nn
 
 
-def from_hf(model: nn.Module, tensors: dict[str, Tensor], names: dict, how: dict, tied: dict) -> dict[str, Tensor]:
+def from_hf(model: nn.Module, tensors: dict, names: dict, how: dict, tied: dict, skip: str) -> dict[str, Tensor]:
     """specc-named tensors for ``model``; specc names pass through. ``names``: specc name (``*`` the block index)
     → (op | (op, *args), *HF names), or a list of such alternatives (the first whose tensors are all present wins);
-    HF names may carry a wrapper's prefix (``transformer.``, ``model.``). ``tied``: HF name → the tensor it equals."""
+    HF names may carry a wrapper's prefix (``transformer.``, ``model.``). ``tied``: HF name → the tensor it equals;
+    ``skip``: a pattern of HF names that are not weights of this model (buffers, heads it does not have)."""
     if set(tensors) <= set(keys := list(model.state_dict())):
         return tensors
-    named = {**{k.split(".", 1)[-1]: v for k, v in tensors.items()}, **tensors}
-    out, used = {}, set(tied)
+    named, out, used = {**{k.split(".", 1)[-1]: v for k, v in tensors.items()}, **tensors}, {}, set(tied)
     for key in keys:
         i = (re.findall(r"\.(\d+)\.", key) or [""])[0]
         rules = names.get(key) or names.get(key.replace(f".{i}.", ".*.", 1), [])
@@ -26,6 +26,7 @@ def from_hf(model: nn.Module, tensors: dict[str, Tensor], names: dict, how: dict
                 out[key], used = how[name]([named[s] for s in sources], *args), used | set(sources)
                 break
     bad = [k for k in tensors if not {k, k.split(".", 1)[-1]} & used]
+    bad = [k for k in bad if not (re.search(skip, k) or re.search(skip, k.split(".", 1)[-1]))]
     bad += [k for k, same in tied.items() if k in named and same in named and not named[k].equal(named[same])]
     if bad:
         raise ValueError(f"checkpoint tensors without a specc name, or not tied as the model is: {bad[:6]}")

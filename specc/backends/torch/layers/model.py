@@ -31,8 +31,9 @@ class Model(nn.Module):
     META: ClassVar[dict[str, Any]] = {}  # task, vocab_size, max_positions, init_std, residual_std, seed, ...
     RESIDUAL = r"$^"  # parameters initialised with std / sqrt(2 · layers)
 
-    def init_weights(self) -> nn.Module:
-        """Values drawn on the CPU in fp32 from one seeded generator in parameter order: the same everywhere."""
+    def init_weights(self, place: Any = None) -> nn.Module:
+        """Values drawn on the CPU in fp32 from one seeded generator in parameter order: the same everywhere.
+        ``place(name, param, values)`` puts each draw (a split model: this rank's shard) instead of copy_."""
         gen = torch.Generator().manual_seed(int(self.META["seed"]))
         with torch.no_grad():
             for owner_name, owner in self.named_modules():
@@ -46,7 +47,7 @@ class Model(nn.Module):
                     else:
                         residual = re.match(self.RESIDUAL, f"{owner_name}.{local}".lstrip("."))
                         t.normal_(0.0, self.META["residual_std" if residual else "init_std"], generator=gen)
-                    param.copy_(t)
+                    param.copy_(t) if place is None else place(f"{owner_name}.{local}".lstrip("."), param, t)
         return self
 
     def start(self, inputs: dict[str, Tensor | None], max_len: int) -> KVCache:
