@@ -125,6 +125,13 @@ def test_cli_quantize_then_run(cli: CLI, tmp_path: Path) -> None:
         (["-t", "onnx", "--quantize", "int4", "--block-size", "48"], "--block-size 48 is not supported"),
         (["-t", "onnx", "--quantize", "int4", "--dtype", "bf16"], "needs fp32 or fp16 activations"),
         (["-t", "torch", "--quantize", "int8"], "--quantize applies to --target onnx"),
+        # options that would do nothing are refused, not ignored
+        (["-t", "onnx", "--no-quantize-head"], "--no-quantize-head applies with --quantize"),
+        (["-t", "onnx", "--block-size", "64"], "--block-size applies with --quantize"),
+        (["-t", "torch", "--opset", "24"], "--opset applies to --target onnx"),
+        (["-t", "python", "--kv-cache"], "--kv-cache applies to --target onnx"),
+        (["-t", "torch", "--attention", "contrib"], "--attention applies to --target onnx"),
+        (["-t", "python", "--moe", "dense"], "--moe applies to --target onnx"),
         (["-t", "onnx", "--quantize", "int3"], "int3"),
     ],
 )

@@ -57,29 +57,36 @@ def compile_(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="output file")] = None,
     weights: Annotated[Path | None, typer.Option("--weights", "-w", help="safetensors weights to load")] = None,
     dtype: Annotated[Dtype | None, typer.Option("--dtype", help="fp32 | fp16 | bf16 (default: the spec's)")] = None,
-    opset: Annotated[int, typer.Option("--opset", help="ONNX opset: 23 or 24")] = 23,
+    opset: Annotated[int | None, typer.Option("--opset", help="ONNX opset: 23 or 24  [default: 23]")] = None,
     attention: Annotated[
-        AttentionOp, typer.Option("--attention", help="ONNX attention op: standard (opset 23/24) | contrib")
-    ] = AttentionOp.standard,
+        AttentionOp | None,
+        typer.Option("--attention", help="ONNX attention op: standard (opset 23/24) | contrib  [default: standard]"),
+    ] = None,
     kv_cache: Annotated[bool, typer.Option("--kv-cache", help="ONNX: past_key_values inputs, present outputs")] = False,
     moe: Annotated[
-        MoEForm,
-        typer.Option("--moe", help="ONNX MoE: sparse (experts run on their routed tokens) | dense (static shapes)"),
-    ] = MoEForm.sparse,
+        MoEForm | None,
+        typer.Option(
+            "--moe",
+            help="ONNX MoE: sparse (experts run on their routed tokens) | dense (static shapes)  [default: sparse]",
+        ),
+    ] = None,
     quantize: Annotated[
         Quantize | None,
         typer.Option("--quantize", help="ONNX: weight-only int8 | int4 linears (onnxruntime MatMulNBits)"),
     ] = None,
     block_size: Annotated[
-        int, typer.Option("--block-size", help="--quantize: input channels per scale: 16 | 32 | 64 | 128")
-    ] = 32,
+        int | None,
+        typer.Option("--block-size", help="--quantize: input channels per scale: 16 | 32 | 64 | 128  [default: 32]"),
+    ] = None,
     quantize_head: Annotated[
-        bool,
+        bool | None,
         typer.Option(
             "--quantize-head/--no-quantize-head",
-            help="--quantize: also quantize lm_head (--no-quantize-head keeps it, and a table tied to it, float)",
+            help="--quantize: also quantize lm_head (--no-quantize-head keeps it, and a table tied to it, float)  "
+            "[default: quantize-head]",
+            show_default=False,
         ),
-    ] = True,
+    ] = None,
     quantize_embedding: Annotated[
         bool | None,
         typer.Option(
@@ -92,15 +99,18 @@ def compile_(
     sets: SetOpt = None,
 ) -> None:
     """Compile a spec: weights + spec (torch), a standalone model.py (python) or ONNX with fused attention."""
-    if target is not Target.onnx and quantize is not None:
-        from ..errors import SpecError
-
-        raise SpecError("--quantize applies to --target onnx", hint="the torch targets stay in float")
-    if quantize is None and quantize_embedding is not None:
-        from ..errors import SpecError
-
-        flag = "--quantize-embedding" if quantize_embedding else "--no-quantize-embedding"
-        raise SpecError(f"{flag} applies with --quantize int8|int4", hint="without --quantize every weight is float")
+    _refuse_unused(
+        target,
+        {
+            "--opset": opset,
+            "--attention": attention,
+            "--kv-cache": kv_cache or None,
+            "--moe": moe,
+            "--quantize": quantize,
+        },
+        {"--block-size": block_size, "--quantize-head": quantize_head, "--quantize-embedding": quantize_embedding},
+        quantize,
+    )
     s = load(spec, sets)
     path = output or Path(f"{s.name}{_DEFAULT_SUFFIX[target]}")
     check_output(path, *weight_files(weights))  # before building or exporting anything
@@ -125,7 +135,25 @@ def compile_(
     else:
         from ..backends.onnx.export import export_onnx
 
+        opset, attention, moe = 23 if opset is None else opset, attention or AttentionOp.standard, moe or MoEForm.sparse
+        block_size = 32 if block_size is None else block_size
+        quantize_head = True if quantize_head is None else quantize_head
         export_onnx(s, path, weights=weights, dtype=dt, opset=opset, attention=attention.value, kv_cache=kv_cache,
                     moe=moe.value, quantize=quantize.value if quantize else None, block_size=block_size,
                     quantize_head=quantize_head, quantize_embedding=quantize_embedding)  # fmt: skip
     out.print(f"wrote {path}")
+
+
+def _refuse_unused(target: Target, onnx_only: dict, quantize_only: dict, quantize: Quantize | None) -> None:
+    """An option given where it does nothing is a user error, not silently ignored."""
+    from ..errors import SpecError
+
+    for flag, value in onnx_only.items():
+        if value is not None and target is not Target.onnx:
+            raise SpecError(f"{flag} applies to --target onnx", hint=f"the {target.value} target has no such setting")
+    for flag, value in quantize_only.items():
+        if value is not None and quantize is None:
+            shown = flag if value is not False else flag.replace("--", "--no-", 1)
+            raise SpecError(
+                f"{shown} applies with --quantize int8|int4", hint="without --quantize every weight is float"
+            )
