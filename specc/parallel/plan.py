@@ -39,7 +39,8 @@ KNOWN = {
 
 @dataclass(frozen=True)
 class Rule:
-    style: str  # heads | head_norm | full_norm | colwise | rowwise | vocab_embed | vocab_head | tied_head | experts | …
+    # heads | head_norm | full_norm | colwise | rowwise | vocab_embed | vocab_head | tied_head | experts | replicate
+    style: str
     parts: tuple[int, ...] = ()  # heads: head counts of the packed parts, in row order
     head_dim: int = 0
 
