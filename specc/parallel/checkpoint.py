@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from .. import __version__, read
 from ..errors import SpecError
@@ -99,12 +99,17 @@ def restore_full_optimizer(
 
 
 def _unpacked(value: Any, order: torch.Tensor) -> Any:
-    """A packed tensor (rank-major rows) whole in the single-process order: the same plain tensor on every rank,
-    which DCP writes once."""
+    """A packed tensor (rank-major rows) in the single-process row order, split by rows over its mesh again:
+    gathered whole one tensor at a time, each rank keeps a slice for DCP to write."""
     if not torch.is_tensor(value) or not value.dim():
         return value
-    whole = value.full_tensor() if isinstance(value, DTensor) else value
-    return whole[torch.argsort(order)]
+    if not isinstance(value, DTensor):
+        return value[torch.argsort(order)]
+    whole = value.full_tensor()[torch.argsort(order)]
+    mesh = value.device_mesh
+    split = distribute_tensor(whole, mesh, [Shard(0)] * mesh.ndim, src_data_rank=None)
+    local = split.to_local().clone()  # not a view: the whole tensor is freed now
+    return DTensor.from_local(local, mesh, split.placements, run_check=False, shape=split.shape, stride=split.stride())
 
 
 def save(
