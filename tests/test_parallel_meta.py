@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from test_parallel_torch import _spec, spawn
+from test_parallel_torch import _free_port, _spec, spawn
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
@@ -123,3 +123,30 @@ def test_init_false_is_refused_for_a_model_with_real_weights() -> None:
 
     with pytest.raises(SpecError, match="init=False leaves the parameters of a meta-device model"):
         specc.parallelize(specc.build_torch(_spec("gpt")), Mesh(), init=False)
+
+
+def test_a_meta_model_whose_shards_do_not_fit_is_refused_before_anything_is_allocated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One rank in this process: at tp=1 the materialized model is the seeded single-process one; with the
+    memory limit below its bytes it is refused with the estimate, the parameters still on meta."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import specc
+    from specc.backends.torch import memory
+    from specc.errors import SpecError
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("tp",))
+        spec = _spec("gpt")
+        model = specc.parallelize(specc.build_torch(spec, device="meta"), mesh)
+        ref = specc.build_torch(spec).state_dict()
+        assert all(torch.equal(t, ref[k]) for k, t in model.state_dict().items())
+        monkeypatch.setattr(memory, "available", lambda device: memory.Limit(1000, "a test limit"))
+        meta = specc.build_torch(spec, device="meta")
+        with pytest.raises(SpecError, match=r"this rank's shards need .* but only .* \(limited by a test limit\)"):
+            specc.parallelize(meta, mesh)
+        assert all(p.is_meta for p in meta.parameters())
+    finally:
+        dist.destroy_process_group()

@@ -104,6 +104,20 @@ def test_parallel_json_keys_and_table_rows(cli: Cli) -> None:
         assert sum(line.split()[0] == row for line in lines if line.split()) == 1, row
 
 
+def test_parallel_takes_any_subset_of_the_degrees_the_rest_1(cli: Cli) -> None:
+    """As ``specc train --parallel`` does: ``tp=2`` is ``tp=2,pp=1,dp=1``, same report, same JSON keys."""
+    args = ["analyze", "llama2-7b", "--training", "--format", "json", "--parallel"]
+    reports = {}
+    for layout in ("tp=2", "tp=2,pp=1,dp=1", "dp=1,tp=2", "pp=1,tp=2,dp=1,ep=1,cp=1"):
+        code, out, err = cli(*args, layout)
+        assert code == 0, (layout, err)
+        reports[layout] = json.loads(out)
+    assert all(r == reports["tp=2"] for r in reports.values())
+    assert reports["tp=2"]["parallel"]["layout"] == {"tp": 2, "pp": 1, "dp": 1, "ep": 1, "cp": 1, "devices": 2}
+    code, out, _ = cli(*args, "dp=4")
+    assert code == 0 and json.loads(out)["parallel"]["layout"]["devices"] == 4
+
+
 def test_impossible_layouts_are_located_errors(cli: Cli, tmp_path: Path) -> None:
     spec = tmp_path / "m.yaml"
     spec.write_text(
@@ -115,7 +129,8 @@ def test_impossible_layouts_are_located_errors(cli: Cli, tmp_path: Path) -> None
         "tp=1,pp=2,dp=1": f"{spec}:6:1: error: 3 blocks are not divisible by pp=2",
         "tp=1,pp=1,dp=2,ep=2": f"{spec}:8:7: error: ep=2: expert parallelism needs a MoE MLP",
         "tp=1,pp=1,dp=1,cp=3": "error: --parallel: sequence length 64 is not divisible by cp=3",
-        "tp=2,pp=1": "error: --parallel: missing dp",
+        "tp=2,pp=1,dp=2,tp=2": "error: --parallel: tp is given twice",
+        "tp=2,pp=1,zp=2": "error: --parallel: cannot read 'zp=2'",
     }
     for layout, message in cases.items():
         code, _, err = cli("analyze", str(spec), "--parallel", layout)

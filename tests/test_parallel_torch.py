@@ -22,13 +22,17 @@ import torch.multiprocessing as mp
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
 TINY = ["blocks=2", "d_model=32", "attention.heads=4", "vocab_size=64", "context=16", "dtype=fp32"]
-# classic MLP + tied head + learned positions; SwiGLU + GQA + rotary; MoE + GQA (+ aux loss); QK-norm per head
+# classic MLP + tied head + learned positions; SwiGLU + GQA + rotary; MoE + GQA (+ aux loss); QK-norm per head;
+# QK-norm over the whole q and k projections (OLMo-2: the mean square all-reduced over tp)
 FAMILIES = {
     "gpt": ("gpt2", [*TINY, "mlp.hidden=64"]),
     "llama": ("llama2-7b", [*TINY, "attention.kv_heads=2", "mlp.hidden=48"]),
     "moe": ("mixtral-8x7b", [*TINY, "attention.kv_heads=2", "mlp.hidden=48", "mlp.experts=4"]),
     "qknorm": ("llama2-7b", [*TINY, "attention.kv_heads=2", "attention.qk_norm=head", "mlp.hidden=48"]),
+    "qkfull": ("llama2-7b", [*TINY, "attention.kv_heads=2", "attention.qk_norm=full", "mlp.hidden=48"]),
 }
+
+SP = ("gpt", "qknorm", "qkfull")  # also run sequence parallel
 
 
 def _free_port() -> int:
@@ -93,7 +97,7 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 def tp_cases(folder: str) -> dict[str, dict[str, Any]]:
     out = {family: tp_case(family, f"{folder}/{family}") for family in FAMILIES}
-    out.update({f"{family}+sp": sp_case(family) for family in ("gpt", "qknorm")})
+    out.update({f"{family}+sp": sp_case(family) for family in SP})
     return out
 
 
@@ -196,7 +200,7 @@ def test_tp2_logits_gradients_generation_and_bytes_equal_single_process(cli, tmp
     ranks = spawn(2, tp_cases, str(tmp_path))
     for family in FAMILIES:
         _check_tp(cli, family, [r[family] for r in ranks], tmp_path / family)
-    for family in ("gpt", "qknorm"):
+    for family in SP:
         for res in (r[f"{family}+sp"] for r in ranks):
             assert res["logits"] < 1e-5 and res["grads"] < 1e-5, (family, res)
             assert "no cached decoding" in res["refused"][0] and "multiple of tp=2" in res["refused"][1], res
@@ -258,9 +262,6 @@ def test_plan_refuses_splits_that_do_not_divide_and_layouts_it_cannot_run() -> N
         check_tensor_parallel(graph, 4)
     with pytest.raises(SpecError, match="heads 4 is not divisible by tp=3"):
         check_tensor_parallel(graph, 3)
-    full = specc.lower(_spec("llama", "attention.qk_norm=full"))
-    with pytest.raises(SpecError, match="qk_norm: full"):
-        check_tensor_parallel(full, 2)
     rnn = specc.lower(specc.load_spec("gru-bahdanau"))
     with pytest.raises(SpecError, match="recurrent layers have no tensor-parallel plan"):
         check_tensor_parallel(rnn, 2)

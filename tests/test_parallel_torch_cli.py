@@ -13,6 +13,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from specc.train import checkpoint as C
+
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
 ENC_DEC = """\
@@ -137,11 +139,49 @@ def test_torchrun_tp2_checkpoint_resumes_under_dp2_to_the_single_process_weights
         assert _weights_diff(a, b) < 1e-5, name
 
 
+def test_torchrun_tp2_distributed_checkpoint_with_adam_state_resumes_at_dp2_as_one_straight_run(
+    cli, tmp_path: Path
+) -> None:
+    """2 steps at tp=2 into a DCP folder (weights and Adam moments sharded, packed q|k|v rows in order), then
+    resumed to step 4 at dp=2 (DCP re-shards them) and in one process: both end where 4 straight
+    single-process steps end, weights and moments."""
+    from safetensors.torch import load_file
+
+    from specc.parallel import checkpoint as distributed
+
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(["pack my box with five dozen liquor jugs"] * 10), encoding="utf-8")
+    common = ["--task", "lm", "--text", text, "--batch", "4", "--max-len", "12", "--eval-size", "4"]
+    common += ["--schedule", "constant", "--warmup", "0"]
+    straight = tmp_path / "one.safetensors"
+    code, _, err = cli("train", "llama2-7b", *LLAMA, *common, "--steps", "4", "--device", "cpu", "-o", straight)
+    assert code == 0, err
+    first = torchrun(
+        2, "train", "llama2-7b", *LLAMA, *common, "--steps", "2", "--parallel", "tp=2", "-o", tmp_path / "k"
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert distributed.has_optimizer(tmp_path / "k")
+    then = torchrun(2, "train", "--resume", tmp_path / "k", "--steps", "4", "--parallel", "dp=2", "-o", tmp_path / "km")
+    assert then.returncode == 0, then.stderr[-3000:]
+    assert f"optimizer state from {tmp_path / 'k'}" in then.stdout  # the moments, not fresh ones
+    code, out, err = cli(
+        "train", "--resume", tmp_path / "k", "--steps", "4", "--device", "cpu", "-o", tmp_path / "1.safetensors"
+    )
+    assert code == 0 and "optimizer state from" in out, err
+    want, moments = load_file(straight), load_file(tmp_path / "one.optim.safetensors")
+    for got in (distributed.load(tmp_path / "km", with_optimizer=True), C.load(tmp_path / "1.safetensors", True)):
+        assert got.step == 4
+        assert _weights_diff(want, got.weights) < 1e-5
+        assert _weights_diff(moments, got.optimizer) < 1e-5
+
+
 def test_parallel_layout_errors_exit_2_before_training(cli, write_spec, tmp_path: Path) -> None:
     spec = write_spec(ENC_DEC)
     args = ["train", spec, "--task", "reverse", "--steps", "2", "-o", tmp_path / "o.safetensors"]
     for layout, message in [
-        ("dp=2,pp=2", "'pp=2' is not dp=N or tp=N"),
+        ("dp=2,pp=2", "pp=2: pipeline parallelism is sized by specc analyze but not run by specc train"),
+        ("dp=2,sp=2", "'sp=2' is not dp=N or tp=N"),
+        ("tp=2,pp=1,dp=1", "needs 2 processes; torchrun is not running this process"),  # the analyzer's form
         ("dp=0", "dp must be a whole number"),
         ("tp=2,tp=2", "tp is given twice"),
         ("dp=2", "needs 2 processes; torchrun is not running this process"),

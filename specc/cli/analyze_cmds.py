@@ -42,7 +42,8 @@ SweepOpt = Annotated[str | None, typer.Option("--sweep", help="e.g. seq=512,1024
 PlotOpt = Annotated[str | None, typer.Option("--plot", help="write FLOPs and memory against N to this image")]
 OutputOpt = Annotated[str | None, typer.Option("--output", "-o", help="write the report to this file")]
 ParallelOpt = Annotated[
-    str | None, typer.Option("--parallel", help="per-device costs of a layout: tp=T,pp=P,dp=D[,ep=E][,cp=C]")
+    str | None,
+    typer.Option("--parallel", help="per-device costs of a layout: any of tp=T,pp=P,dp=D,ep=E,cp=C (missing: 1)"),
 ]
 ZeroOpt = Annotated[int | None, typer.Option("--zero", help="ZeRO stage 0 | 1 | 2 | 3 (with --parallel --training)")]
 SeqParOpt = Annotated[bool, typer.Option("--sequence-parallel", help="shard norms and dropout along tp too")]

@@ -121,11 +121,12 @@ def train(
         if sets:
             raise SpecError("--set cannot change the model of a resumed checkpoint", hint="leave out --set")
         run = resume_run(resume, flags, dev, spec=load(spec) if spec else None, mesh=mesh)
-        side = optimizer_path(resume)
-        if side.is_file():
+        side = resume if resume.is_dir() else optimizer_path(resume)  # a folder holds its optimizer state
+        if run.resumed_optimizer:
             out.print(f"resuming {resume} at step {run.step} (optimizer state from {side})")
         else:
-            err.print(f"warning: {side} not found: resuming {resume} at step {run.step} with fresh Adam moments")
+            what = f"{resume} holds no optimizer state" if resume.is_dir() else f"{side} not found"
+            err.print(f"warning: {what}: resuming {resume} at step {run.step} with fresh Adam moments")
     else:
         if spec is None:
             raise SpecError("missing SPEC", hint="specc train SPEC --task reverse --steps 2000 -o out.safetensors")

@@ -4,6 +4,11 @@ safetensors checkpoint, and the training state). Each rank writes its own shards
 rank-major under tensor parallelism (``specc.parallel.tensor``), are written in their ``[q | k | v]`` order,
 so the folder loads into a single-process model (``load``), into ``specc generate DIR``, or into a
 parallelized model of any layout (``load_into``).
+
+A training checkpoint also holds the optimizer's state (``torch.distributed.checkpoint.state_dict``'s
+``get_optimizer_state_dict``: the Adam moments sharded as their parameters, the step count) under
+``optimizer.``; with the step and seed in ``specc.json`` (a step's batch and dropout come from them) that is
+all a run needs to resume in any layout (``load_optimizer``) or in one process (``load(..., with_optimizer)``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from .. import __version__, read
 from ..errors import SpecError
@@ -34,6 +39,8 @@ from ..spec.serialize import SPEC_KEY, spec_json
 
 META_FILE = "specc.json"
 TRAIN_KEY = "specc.train"
+OPTIM = "optimizer"  # the optimizer state's keys: optimizer.state.<param>.<slot>, optimizer.param_groups
+STATE = f"{OPTIM}.state."
 
 
 def is_checkpoint(path: str | os.PathLike[str]) -> bool:
@@ -91,12 +98,39 @@ def restore_full_optimizer(
     set_optimizer_state_dict(model, optimizer, osd, options=StateDictOptions(full_state_dict=True))
 
 
-def save(model: nn.Module, path: str | os.PathLike[str], spec: Any, train: dict[str, Any] | None = None) -> Path:
-    """Write ``model``'s shards from every rank (a collective) and, from rank 0, ``specc.json``."""
-    sd = get_model_state_dict(model)
-    for name, order in _packed(model).items():
-        whole = sd[name].full_tensor() if isinstance(sd[name], DTensor) else sd[name]
-        sd[name] = whole[torch.argsort(order)]  # the same plain tensor on every rank: DCP writes it once
+def _unpacked(value: Any, order: torch.Tensor) -> Any:
+    """A packed tensor (rank-major rows) in the single-process row order, split by rows over its mesh again:
+    gathered whole one tensor at a time, each rank keeps a slice for DCP to write."""
+    if not torch.is_tensor(value) or not value.dim():
+        return value
+    if not isinstance(value, DTensor):
+        return value[torch.argsort(order)]
+    whole = value.full_tensor()[torch.argsort(order)]
+    mesh = value.device_mesh
+    split = distribute_tensor(whole, mesh, [Shard(0)] * mesh.ndim, src_data_rank=None)
+    local = split.to_local().clone()  # not a view: the whole tensor is freed now
+    return DTensor.from_local(local, mesh, split.placements, run_check=False, shape=split.shape, stride=split.stride())
+
+
+def save(
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    spec: Any,
+    train: dict[str, Any] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Path:
+    """Write ``model``'s shards (and ``optimizer``'s) from every rank (a collective) and, from rank 0,
+    ``specc.json``."""
+    packed = _packed(model)
+    sd: dict[str, Any] = get_model_state_dict(model)
+    for name, order in packed.items():
+        sd[name] = _unpacked(sd[name], order)
+    if optimizer is not None:
+        osd = get_optimizer_state_dict(model, optimizer)
+        for name, slots in osd["state"].items():
+            if name in packed:
+                osd["state"][name] = {k: _unpacked(v, packed[name]) for k, v in slots.items()}
+        sd[OPTIM] = osd
     path = Path(path)
     dcp.save(sd, checkpoint_id=path)
     if not dist.is_initialized() or dist.get_rank() == 0:
@@ -116,8 +150,18 @@ def _meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def load(path: str | os.PathLike[str]) -> Any:
-    """A distributed checkpoint read whole into one process: a ``specc.train.checkpoint.Checkpoint``."""
+def _stored(path: str | os.PathLike[str]) -> dict[str, Any]:
+    return dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+
+
+def has_optimizer(path: str | os.PathLike[str]) -> bool:
+    return any(key.startswith(STATE) for key in _stored(path))
+
+
+def load(path: str | os.PathLike[str], with_optimizer: bool = False, weights: bool = True) -> Any:
+    """A distributed checkpoint read whole into one process: a ``specc.train.checkpoint.Checkpoint``, with the
+    optimizer's tensors as ``<param>.<slot>`` (``with_optimizer``; None when the folder holds none), or with
+    no tensors at all (``weights=False``: its spec and training state, checked)."""
     from ..ir.lower import lower
     from ..spec.loader import load_embedded_spec
     from ..train.checkpoint import Checkpoint, check_train_state
@@ -128,31 +172,74 @@ def load(path: str | os.PathLike[str]) -> Any:
     meta = _meta(p)
     spec = load_embedded_spec(meta[SPEC_KEY], str(p / META_FILE), SPEC_KEY)
     train = check_train_state(json.dumps(meta.get(TRAIN_KEY, {})), str(p / META_FILE))
-    stored = dcp.FileSystemReader(str(p)).read_metadata().state_dict_metadata
+    stored = _stored(p)
     want = lower(spec).params()
-    if set(stored) != set(want):
-        extra = sorted(set(stored) ^ set(want))
+    names = {k for k in stored if not k.startswith(f"{OPTIM}.")}
+    if names != set(want):
+        extra = sorted(names ^ set(want))
         raise SpecError(f"the checkpoint's tensors do not match its spec: {extra[:4]}", file=str(p))
-    weights = {}
+    tensors = {}
     for name, spec_p in want.items():
         info = stored[name]
         if tuple(info.size) != tuple(spec_p.shape):
             raise SpecError(f"{name} has shape {list(info.size)}; the spec needs {list(spec_p.shape)}", file=str(p))
-        weights[name] = torch.empty(tuple(info.size), dtype=info.properties.dtype)
+        tensors[name] = torch.empty(tuple(info.size), dtype=info.properties.dtype)
+    if not weights:
+        return Checkpoint(spec, {}, train, None)
+    moments = {}
+    if with_optimizer:  # optimizer.state.<param>.<slot> → <param>.<slot>, as the safetensors sidecar names them
+        for key, info in stored.items():
+            if key.startswith(STATE) and hasattr(info, "size"):
+                moments[key] = torch.empty(tuple(info.size), dtype=info.properties.dtype)
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(weights, checkpoint_id=str(p), no_dist=True)
-    return Checkpoint(spec, weights, train, None)
+        dcp.load({**tensors, **moments}, checkpoint_id=str(p), no_dist=True)
+    optimizer = {k.removeprefix(STATE): v for k, v in moments.items()} or None
+    return Checkpoint(spec, tensors, train, optimizer)
 
 
 def load_into(model: nn.Module, path: str | os.PathLike[str]) -> None:
-    """Fill a parallelized (or plain) model from a distributed checkpoint of any layout (a collective)."""
+    """Fill a parallelized (or plain) model from a distributed checkpoint of any layout (a collective); each
+    rank reads its shards, and a packed projection whole, one at a time, keeping its rows."""
+    from .materialize import put
+
     sd = get_model_state_dict(model)
     packed = _packed(model)
     for name in packed:
-        sd[name] = torch.empty(tuple(sd[name].shape), dtype=sd[name].dtype)  # read whole, re-packed below
+        sd.pop(name)
     dcp.load(sd, checkpoint_id=str(path))
-    full = {name: sd.pop(name)[order] for name, order in packed.items()}
     set_model_state_dict(model, sd, options=StateDictOptions(strict=False))
-    if full:
-        set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, strict=False))
+    with torch.no_grad():
+        for name, order in packed.items():
+            param = model.get_parameter(name)
+            whole = {name: torch.empty(tuple(param.shape), dtype=param.dtype)}
+            dcp.load(whole, checkpoint_id=str(path))
+            put(param, whole[name], order)
+
+
+def load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | os.PathLike[str]) -> bool:
+    """Fill ``optimizer`` (of a parallelized model) from a distributed checkpoint of any layout (a collective);
+    False when the folder holds no optimizer state."""
+    from .materialize import put
+
+    if not has_optimizer(path):
+        return False
+    osd = get_optimizer_state_dict(model, optimizer)  # moments allocated (zeros) as the parameters are split
+    packed = {name: order for name, order in _packed(model).items() if name in osd["state"]}
+    split = {name: osd["state"][name] for name in packed}
+    osd["state"].update({name: {k: _whole(v) for k, v in slots.items()} for name, slots in split.items()})
+    dcp.load({OPTIM: osd}, checkpoint_id=str(path))
+    for name, order in packed.items():
+        for slot, value in split[name].items():
+            if torch.is_tensor(value) and value.dim():
+                put(value, osd["state"][name][slot], order)
+                osd["state"][name][slot] = value
+    set_optimizer_state_dict(model, optimizer, osd)
+    return True
+
+
+def _whole(value: Any) -> Any:
+    """An empty whole tensor for a split one (scalars and plain values as they are)."""
+    if not torch.is_tensor(value) or not value.dim():
+        return value
+    return torch.empty(tuple(value.shape), dtype=value.dtype)

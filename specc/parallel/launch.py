@@ -10,23 +10,31 @@ import torch
 from ..errors import SpecError
 
 KNOWN = ("dp", "tp")
+NOT_RUN = {"pp": "pipeline", "ep": "expert", "cp": "context"}  # degrees the analyzer sizes; here only =1
 MAX_DEGREE = 1 << 16
 
 
 def parse_layout(text: str, option: str = "--parallel") -> dict[str, int]:
-    """``dp=2,tp=2`` → {"dp": 2, "tp": 2}; a missing degree is 1."""
+    """``dp=2,tp=2`` → {"dp": 2, "tp": 2}; a missing degree is 1. The analyzer's layouts (``tp=2,pp=1,dp=4``)
+    read alike: pp, ep and cp may be given as 1."""
     layout = dict.fromkeys(KNOWN, 1)
     seen = set()
     for item in text.replace(" ", "").split(","):
         key, eq, value = item.partition("=")
-        if not eq or key not in KNOWN:
+        if not eq or key not in (*KNOWN, *NOT_RUN):
             raise SpecError(f"{option}: {item!r} is not dp=N or tp=N", hint=f"{option} dp=2,tp=2")
         if key in seen:
             raise SpecError(f"{option}: {key} is given twice")
         if not value.isdigit() or not 1 <= int(value) <= MAX_DEGREE:
             raise SpecError(f"{option}: {key} must be a whole number from 1 to {MAX_DEGREE}, got {value!r}")
+        if key in NOT_RUN and int(value) != 1:
+            raise SpecError(
+                f"{option}: {item}: {NOT_RUN[key]} parallelism is sized by specc analyze but not run by specc train",
+                hint=f"{option} dp=N,tp=N ({key}=1)",
+            )
         seen.add(key)
-        layout[key] = int(value)
+        if key in KNOWN:
+            layout[key] = int(value)
     return layout
 
 

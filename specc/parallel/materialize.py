@@ -52,12 +52,36 @@ def put(param: torch.Tensor, values: torch.Tensor, order: torch.Tensor | None = 
     param.copy_(values)
 
 
+def local_bytes(model: nn.Module) -> int:
+    """Bytes of this rank's shards of the parameters (meta or real)."""
+    return sum(t.numel() * t.element_size() for t in (_local(p) for p in model.parameters()))
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    return p.to_local() if isinstance(p, DTensor) else p
+
+
+def check_fits(model: nn.Module, device: torch.device) -> None:
+    """This rank's shards against the memory free on ``device``, before anything is allocated."""
+    from ..backends.torch.memory import available, gib
+
+    need, free = local_bytes(model), available(device)
+    if need > free.bytes:
+        raise SpecError(
+            f"{model.graph.meta.get('name', 'the model')}: this rank's shards need {gib(need)}, but only "
+            f"{gib(free.bytes)} of memory is available on {device} (limited by {free.source})",
+            hint="nothing was allocated; split it further (a larger tp or dp), or size it with specc analyze --plan",
+        )
+
+
 def materialize(model: nn.Module, init: bool) -> None:
-    """Allocate the shards of a parallelized meta model on its mesh's device; ``init``: fill them with the
-    spec's seeded init (else they hold garbage until a checkpoint is loaded)."""
+    """Allocate the shards of a parallelized meta model on its mesh's device, once they fit; ``init``: fill
+    them with the spec's seeded init (else they hold garbage until a checkpoint is loaded)."""
     from .tensor import packed_params
 
-    model.to_empty(device=mesh_device(model.mesh))
+    device = mesh_device(model.mesh)
+    check_fits(model, device)
+    model.to_empty(device=device)
     if init:
         packed = packed_params(model.graph, _tp(model))
         model.init_weights(lambda name, param, values: put(param, values, packed.get(name)))

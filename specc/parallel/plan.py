@@ -13,6 +13,8 @@ Each op that owns (or ties) a weight gets one rule:
   vocabulary rows; a head tied to the embedding reads the embedding's shard.
 - ``experts``: a mixture of experts is split by hidden units inside every expert.
 - ``head_norm``: a QK-norm per head on a packed projection (kept whole; each rank normalises its heads).
+- ``full_norm``: a QK-norm over a whole q or k projection (``qk_norm: full``): its weight split with the
+  projection's rows, the mean square all-reduced over tp (``specc.parallel.qknorm``).
 - ``replicate``: everything else (norms, positions, routers, pooled heads, embeddings other ops tie to).
 
 ``local_params(graph, tp)`` counts what one rank holds under this plan; ``check_tensor_parallel`` refuses a
@@ -37,7 +39,8 @@ KNOWN = {
 
 @dataclass(frozen=True)
 class Rule:
-    style: str  # heads | head_norm | colwise | rowwise | vocab_embed | vocab_head | tied_head | experts | replicate
+    # heads | head_norm | full_norm | colwise | rowwise | vocab_embed | vocab_head | tied_head | experts | replicate
+    style: str
     parts: tuple[int, ...] = ()  # heads: head counts of the packed parts, in row order
     head_dim: int = 0
 
@@ -58,7 +61,8 @@ def tensor_plan(graph: LayerGraph) -> dict[str, Rule]:
                 src, norms = packed_source(graph, src)
                 if _is_linear(graph, src):
                     plan[src] = Rule("heads", parts, d)
-                    plan.update({n: Rule("head_norm", parts, d) for n in norms})
+                    for n in norms:  # a norm per head, or over the whole q (or k) projection
+                        plan[n] = Rule("head_norm" if graph.op(n).attrs["dim"] == d else "full_norm", parts, d)
             for dst in g.successors(op.name):
                 if _is_linear(graph, dst):
                     plan[dst] = Rule("rowwise")
@@ -144,8 +148,6 @@ def check_tensor_parallel(graph: LayerGraph, tp: int) -> None:
             if h % tp or k % tp:
                 what = f"heads {h}" if h % tp else f"kv_heads {k}"
                 problems.append(f"{op_name}: {what} is not divisible by tp={tp}")
-        elif rule.style == "head_norm" and op.attrs["dim"] != rule.head_dim:
-            problems.append(f"{op_name}: a QK-norm over whole projections (qk_norm: full) does not split by heads")
         elif rule.style == "colwise" and op.attrs["out_features"] % tp:
             problems.append(f"{op_name}: {op.attrs['out_features']} hidden units are not divisible by tp={tp}")
         elif rule.style == "experts" and op.attrs["hidden"] % tp:
@@ -161,7 +163,7 @@ def check_tensor_parallel(graph: LayerGraph, tp: int) -> None:
 # Which axis of each parameter a rule splits (None: kept whole).
 def split_axis(rule: Rule, local: str) -> int | None:
     style = rule.style
-    if style in ("heads", "colwise", "vocab_embed", "vocab_head", "tied_head"):
+    if style in ("heads", "full_norm", "colwise", "vocab_embed", "vocab_head", "tied_head"):
         return 0
     if style == "rowwise":
         return 1 if local == "weight" else None

@@ -33,7 +33,7 @@ def sequence_plan(graph: LayerGraph, rules: dict[str, Rule], plan: dict[str, Par
     start = next(i for i, op in enumerate(ops) if op.name.startswith(f"{blocks[0]}."))
     for op in ops[start:]:
         rule = rules.get(op.name)
-        if rule is None or op.kind == "attention" or rule.style == "head_norm":  # on gathered positions
+        if rule is None or op.kind == "attention" or rule.style in ("head_norm", "full_norm"):  # gathered positions
             continue
         if rule.style in ("heads", "colwise"):
             plan[op.name] = ColwiseParallel(input_layouts=Shard(1))

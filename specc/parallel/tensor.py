@@ -19,6 +19,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 
 from ..errors import SpecError
 from ..ir.graph import LayerGraph
+from . import qknorm
 from .plan import Rule, check_tensor_parallel, split_axis, tensor_plan
 from .styles import LocalParams, TiedHead
 
@@ -87,8 +88,10 @@ def apply_tensor_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh,
         if op.kind == "attention":
             module.heads, module.kv_heads = rule.parts[0] // tp, rule.parts[1] // tp
             continue
-        if rule.style == "head_norm":  # its q (or k) heads, in the rank-major local [q_r | k_r | v_r]
+        if rule.style in ("head_norm", "full_norm"):  # its q (or k) heads, in the rank-major [q_r | k_r | v_r]
             module.start, module.width = op.attrs["start"] // tp, op.attrs["width"] // tp
+        if rule.style == "full_norm":
+            qknorm.split(module, mesh)
         style = _style(rule, bool(op.attrs.get("tied_to")))
         if style is None:
             placements = {}

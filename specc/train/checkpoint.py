@@ -156,7 +156,7 @@ def load(path: str | Path, with_optimizer: bool = False) -> Checkpoint:
     if p.is_dir():
         from ..parallel import checkpoint as distributed
 
-        return distributed.load(p)
+        return distributed.load(p, with_optimizer=with_optimizer)
     meta, weights = _read(p, "checkpoint")
     if SPEC_KEY not in meta:
         raise SpecError(

@@ -82,6 +82,7 @@ class Run:
     step: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
     mesh: Any = None  # a ("dp", "tp") DeviceMesh when the model is parallelized (specc.parallel)
+    resumed_optimizer: bool = False  # the optimizer state came from the resumed checkpoint
 
     @property
     def lengths(self) -> tuple[int, int]:
@@ -127,9 +128,12 @@ def setup(
     weights: dict[str, torch.Tensor] | None = None,
     vocab: Vocab | None = None,
     mesh: Any = None,
+    shards: str | None = None,
 ) -> Run:
     """Build the task data, the model and the optimizer (``weights`` / ``vocab`` when resuming); with a
-    ``mesh`` the model is parallelized over it and each dp rank trains on its rows of every global batch."""
+    ``mesh`` the model is parallelized over it and each dp rank trains on its rows of every global batch;
+    ``shards``: a distributed checkpoint folder each rank reads its shards of the weights and the optimizer
+    state from (``run.resumed_optimizer`` says whether it held the latter)."""
     check_config(cfg)
     if mesh is not None and cfg.batch % mesh["dp"].size():
         raise SpecError(f"--batch {cfg.batch} is not divisible by dp={mesh['dp'].size()}", hint="the global batch")
@@ -159,12 +163,20 @@ def setup(
     else:  # built on meta: each rank materializes its shards alone (specc.parallel.materialize)
         from ..parallel import materialize, parallelize
 
-        model = parallelize(M.build(spec, torch.device("meta")), mesh, init=weights is None)
+        model = parallelize(M.build(spec, torch.device("meta")), mesh, init=weights is None and shards is None)
         if weights is not None:
             materialize.load_full(model, weights)
+        elif shards is not None:
+            from ..parallel.checkpoint import load_into
+
+            load_into(model, shards)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     run = Run(spec, graph, cfg, model, optimizer, vocab, device, task=task, text=text, mesh=mesh)
+    if shards is not None:
+        from ..parallel.checkpoint import load_optimizer
+
+        run.resumed_optimizer = load_optimizer(model, optimizer, shards)
     if task is not None:
         run.eval_set = eval_pairs(task, cfg.eval_size, cfg.min_len or 1, cfg.max_len or 1, cfg.seed)
     return run

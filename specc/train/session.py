@@ -33,8 +33,12 @@ def resume_run(
     path: str | Path, overrides: dict[str, Any], device: torch.device, spec: Any = None, mesh: Any = None
 ) -> Run:
     """Continue a checkpoint: its spec, task and settings, with ``overrides`` (flags given) on top; with a
-    ``mesh``, parallelized over it (any layout: checkpoints hold the single-process layout)."""
-    ck = C.load(path, with_optimizer=True)
+    ``mesh``, parallelized over it (any layout: checkpoints hold the single-process layout; a distributed
+    checkpoint folder is read shard by shard, never whole)."""
+    from ..parallel import checkpoint as distributed
+
+    sharded = mesh is not None and distributed.is_checkpoint(path)
+    ck = distributed.load(path, weights=False) if sharded else C.load(path, with_optimizer=True)
     if not ck.train or "config" not in ck.train:
         raise SpecError(
             "this checkpoint holds no training state to resume",
@@ -52,7 +56,8 @@ def resume_run(
     if task is not None and task != saved["task"]:
         raise SpecError(f"the checkpoint was trained on task {saved['task']}, not {task}", file=str(path))
     cfg = replace(TrainConfig(**saved), **{k: v for k, v in overrides.items() if v is not None})
-    run = setup(ck.spec, cfg, device, weights=ck.weights, vocab=ck.vocab, mesh=mesh)
+    weights, shards = (None, str(path)) if sharded else (ck.weights, None)
+    run = setup(ck.spec, cfg, device, weights=weights, vocab=ck.vocab, mesh=mesh, shards=shards)
     if run.vocab != ck.vocab:
         raise SpecError("the checkpoint's vocabulary does not match its task", file=str(path))
     if ck.step >= cfg.steps:
@@ -62,11 +67,12 @@ def resume_run(
             hint=f"--steps {ck.step * 2}",
         )
     if ck.optimizer is not None and mesh is not None:
-        from ..parallel.checkpoint import restore_full_optimizer
-
-        restore_full_optimizer(run.model, run.optimizer, C.check_optimizer(run.model, ck.optimizer))
+        restore = C.check_optimizer(run.model, ck.optimizer, str(C.optimizer_path(path)))
+        distributed.restore_full_optimizer(run.model, run.optimizer, restore)
+        run.resumed_optimizer = True
     elif ck.optimizer is not None:
         C.restore_optimizer(run.model, run.optimizer, ck.optimizer)
+        run.resumed_optimizer = True
     run.step = ck.step
     run.history = list(ck.train.get("history", []))
     return run
@@ -88,13 +94,13 @@ def save_run(run: Run, path: str | Path) -> Path:
 def save_parallel(run: Run, path: str | Path, state: dict[str, Any]) -> Path:
     """From every rank: ``*.safetensors`` gathers the weights and Adam moments, which rank 0 writes as the
     single-process checkpoint and sidecar; any other path is a distributed checkpoint folder (each rank
-    writes its shards; weights only)."""
+    writes its shards of the weights and the optimizer state)."""
     import torch.distributed as dist
 
     from ..parallel import checkpoint as distributed
 
     if not str(path).endswith(".safetensors"):
-        return distributed.save(run.model, path, run.spec, state)
+        return distributed.save(run.model, path, run.spec, state, run.optimizer)
     weights = distributed.full_state_dict(run.model)
     moments = distributed.full_optimizer_tensors(run.model, run.optimizer)
     if dist.get_rank() == 0:

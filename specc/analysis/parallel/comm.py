@@ -8,7 +8,7 @@ all-to-all (n−1)/n of the bytes it holds, a point-to-point send its tensor.
   vocabulary-parallel embedding) is all-reduced in the forward pass, each column-parallel input in the
   backward pass; with sequence parallelism each all-reduce becomes a reduce-scatter plus an all-gather (the
   same bytes). Full recompute runs the forward collectives again. The loss's own reductions (two floats per
-  token) are left out.
+  token) and ``qk_norm: full``'s sums of squares (one float per token and norm) are left out.
 - cp (ring attention, as Megatron-LM's context parallelism): K and V are all-gathered in the forward pass,
   again in the backward pass, and their gradients reduce-scattered.
 - ep: dispatch and combine all-to-alls of the routed tokens (tokens × active × width), in both passes.

@@ -67,7 +67,8 @@ class Training:
 
 
 def parse_layout(text: str) -> Layout:
-    """``tp=2,pp=4,dp=8[,ep=E][,cp=C]`` → Layout; tp, pp and dp are required, each a positive integer."""
+    """``tp=2,pp=4,dp=8[,ep=E][,cp=C]`` → Layout: any subset of the degrees, each a positive integer; a missing
+    degree is 1 (``tp=2`` is ``tp=2,pp=1,dp=1``), as ``specc train --parallel`` reads them."""
     seen: dict[str, int] = {}
     for item in text.split(","):
         key, eq, value = item.strip().partition("=")
@@ -85,9 +86,6 @@ def parse_layout(text: str) -> Layout:
         if not 1 <= n <= MAX_DEGREE:
             raise LayoutError(f"--parallel: {key}={n} is out of range (allowed 1..{MAX_DEGREE})")
         seen[key] = n
-    missing = [k for k in ("tp", "pp", "dp") if k not in seen]
-    if missing:
-        raise LayoutError(f"--parallel: missing {', '.join(missing)}", hint="e.g. --parallel tp=2,pp=1,dp=4")
     return Layout(**seen)
 
 

@@ -11,6 +11,8 @@ Rules (Megatron-LM's, as ``torch.distributed.tensor.parallel`` expresses them), 
   weight and bias along the vocabulary); a tied head owns no tensor; a table another embedding shares (an
   encoder-decoder's shared vocabulary) is kept whole;
 - ``moe`` experts ``[E, out, in]`` split the experts (dim 0) over ``ep`` and their hidden units over ``tp``;
+- a QK-norm over a whole q or k projection (``qk_norm: full``) splits its weight with the projection's rows
+  (the mean square is all-reduced); a QK-norm per head is kept whole;
 - everything else is replicated: norms, position tables, routers, pooler and classifier heads, patch
   embeddings, recurrent cells.
 
@@ -65,6 +67,9 @@ def tp_role(g: LayerGraph, op: Op) -> str:
     if op.kind == "embedding":
         shared = any(o.kind == "embedding" and o.attrs.get("tied_to") == f"{op.name}.weight" for o in g.ops())
         return "replicated" if shared else "vocab"  # a table another embedding reads is kept whole
+    if op.kind == "slice_rmsnorm":  # qk_norm: full splits with its projection's rows; a norm per head is whole
+        dims = [g.op(s).attrs["head_dim"] for s in _consumers(g, op.name) if g.op(s).kind == "attention"]
+        return "column" if dims and op.attrs["dim"] != dims[0] else "replicated"
     if op.kind != "linear":
         return "replicated"
     if op.category == "lm_head":
