@@ -8,7 +8,8 @@ fuse.py's SkipLayerNormalization fusions): the node counts of ORT's optimized mo
 time over ``--runs`` forwards (``SessionOptions.enable_profiling``), B=1, fp32, CPU EP, intra-op threads =
 usable cores, spinning off so the profile is the forward's alone. ``--decode P`` profiles instead one-token
 steps of the KV-cache graph after a P-token cache (the bench's generation ends at 32 + 128 = 160): what a
-decode step spends besides streaming the weights, and how much of ``model_run`` is kernel time.
+decode step spends besides streaming the weights, and how much of ``model_run`` is kernel time (a graph whose
+cache may be one buffer per layer, ``specc.kv_buffer: shared``, runs as generation runs it: IO binding).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def profile(
     import onnx
     import onnxruntime as ort
 
+    from specc.runtime.kv_buffer import SharedKV
+
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -57,8 +60,15 @@ def profile(
     ops = collections.Counter(n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node)
     ids = np.random.default_rng(0).integers(0, 50257, (1, seq))
     feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)} if past is None else decode_feed(sess, past)
+    run = lambda: sess.run(None, feed)
+    if past is not None and sess.get_modelmeta().custom_metadata_map.get("specc.kv_buffer") == "shared":
+        # as generation runs it: the cache in max-length buffers that the graph appends to in place
+        pasts = {k: v for k, v in feed.items() if k.startswith("past_key_values.")}
+        shared = SharedKV(sess, pasts, past + 1)
+        step = {k: v for k, v in feed.items() if k not in pasts}
+        run = lambda: shared.step(step)
     for _ in range(runs):
-        sess.run(None, feed)
+        run()
     events = json.loads(Path(sess.end_profiling()).read_text())
     by: collections.Counter = collections.Counter()
     for e in events:

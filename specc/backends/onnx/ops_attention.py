@@ -80,7 +80,8 @@ def uses_gqa(op: Op, dtype: str) -> bool:
     CUDA EP backs with its fused kernels in every dtype (its GroupQueryAttention has no fp32 kernel at all)."""
     a = op.attrs
     causal = not a["cross"] and a["mask"] in ("causal", "sliding_window", "chunked")
-    return causal and (a["kv_heads"] < a["heads"] or dtype == "fp32")
+    # its kernels need head_dim % 8 == 0; MultiHeadAttention takes any
+    return causal and (a["kv_heads"] < a["heads"] or (dtype == "fp32" and a["head_dim"] % 8 == 0))
 
 
 def _contrib(b: GraphBuilder, op: Op, xs: list[str], pad: str, cached: bool) -> str:
