@@ -105,9 +105,24 @@ def test_kv_cache_steps_match_torch(tmp_path: Path, name: str) -> None:
 
 
 def test_contrib_multi_head_attention_refuses_softcap(tmp_path: Path) -> None:
+    """fp16 graphs with kv_heads == heads keep MultiHeadAttention (the CUDA EP's fused op), which has no softcap."""
     spec = specc.load_spec("gpt2", [*TEXT, *RMS, "attention.softcap=5.0"])
     with pytest.raises(SpecError, match="MultiHeadAttention has no softcap"):
-        export_onnx(spec, tmp_path / "m.onnx", attention="contrib")
+        export_onnx(spec, tmp_path / "m.onnx", attention="contrib", dtype="fp16")
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["no_pad", "padded"])
+def test_contrib_fp32_softcap_runs_as_group_query_attention(tmp_path: Path, padded: bool) -> None:
+    """fp32 causal self-attention is GroupQueryAttention in the contrib graph, whose softcap attribute caps."""
+    spec = specc.load_spec("gpt2", [*TEXT, *RMS, "attention.softcap=1.5"])
+    weights = _random_weights(spec)
+    path = export_onnx(spec, tmp_path / "m.onnx", weights=weights, attention="contrib")
+    nodes = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert nodes.count("GroupQueryAttention") == spec.blocks
+    feeds, valid = inputs(spec, padded, np.random.default_rng(0))
+    want = torch_reference(specc.build_torch(spec, weights=weights), spec, feeds)["logits"]
+    got = run(session(path), feeds)["logits"]
+    assert np.abs(got - want)[valid].max() <= 1e-4 * max(1.0, np.abs(want).max())
 
 
 HF_CASES = [

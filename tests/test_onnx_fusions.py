@@ -12,6 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from test_onnx_parity import inputs, run, torch_reference
 
 import specc
 from specc.backends.onnx.export import export_onnx
@@ -91,3 +92,60 @@ def test_fused_fp16_graph_runs_within_half_precision_tolerance(tmp_path: Path) -
         want = specc.build_torch(spec)(torch.from_numpy(ids)).numpy()
     assert got.dtype == np.float16
     assert np.abs(got.astype(np.float32) - want).max() <= 2e-2 * max(1.0, np.abs(want).max())
+
+
+ENCDEC = ("transformer-base", [*TEXT, "mlp.hidden=64", "target_vocab_size=61"])
+
+
+@pytest.mark.parametrize("case", ["bert", "encdec", "gpt2_fp16"])
+def test_qkv_bias_is_the_multi_head_attention_bias_input(tmp_path: Path, case: str) -> None:
+    """MultiHeadAttention adds the projection bias itself (its ``bias`` input, [q | k | v]): no Add is left for
+    it; a cross-attention's q and kv biases are concatenated into one."""
+    preset, sets = {"bert": ("bert-base", [*TEXT, "mlp.hidden=64"]), "encdec": ENCDEC,
+                    "gpt2_fp16": CASES["gpt2_prenorm_layernorm"][:2]}[case]  # fmt: skip
+    dtype = "fp16" if case == "gpt2_fp16" else "fp32"
+    spec = specc.load_spec(preset, sets)
+    weights = _perturbed(spec)
+    path = export_onnx(spec, tmp_path / "m.onnx", weights=weights, attention="contrib", dtype=dtype)
+    model = onnx.load(path)
+    mha = [n for n in model.graph.node if n.op_type == "MultiHeadAttention"]
+    assert mha and all(len(n.input) > 3 and n.input[3] for n in mha)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    for n in mha:
+        assert inits[n.input[3]].shape == (3 * spec.d_model,)
+    layers = {n.name.split("/")[0].removesuffix(".core") for n in mha}
+    biases = {f"{layer}.{p}.bias" for layer in layers for p in ("qkv", "q", "kv")}
+    assert not any(i in biases for n in model.graph.node if n.op_type == "Add" for i in n.input)
+    feeds, valid = inputs(spec, True, np.random.default_rng(0))
+    want = torch_reference(specc.build_torch(spec, weights=weights), spec, feeds)["logits"]
+    if dtype == "fp16":
+        feeds = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
+    got = run(_session(path), feeds)["logits"].astype(np.float32)
+    tol = 2e-2 * max(1.0, np.abs(want).max()) if dtype == "fp16" else 1e-4
+    assert np.abs(got - want)[valid].max() <= tol
+
+
+def test_fp32_causal_attention_is_packed_group_query_attention(tmp_path: Path) -> None:
+    """fp32 GPT-2: GroupQueryAttention reads the biased packed projection directly (no Split), with and without
+    the KV cache; the KV-cache graph's steps equal torch."""
+    preset, sets, _ = CASES["gpt2_prenorm_layernorm"]
+    spec = specc.load_spec(preset, sets)
+    weights = _perturbed(spec)
+    for kv in (False, True):
+        path = export_onnx(spec, tmp_path / f"m{kv}.onnx", weights=weights, attention="contrib", kv_cache=kv)
+        ops = Counter(n.op_type for n in onnx.load(path).graph.node)
+        assert ops["GroupQueryAttention"] == spec.blocks
+        assert ops["Split"] == ops["MultiHeadAttention"] == 0
+    sess = _session(path)
+    ids = np.random.default_rng(1).integers(0, spec.vocab_size, (2, 9))
+    with torch.inference_mode():
+        want = specc.build_torch(spec, weights=weights)(torch.from_numpy(ids)).numpy()
+    names = [o.name for o in sess.get_outputs()]
+    past = {i.name: np.zeros((2, 4, 0, 8), np.float32) for i in sess.get_inputs() if i.name.startswith("past_")}
+    start = 0
+    for end in (6, 7, 8, 9):
+        feeds = {"input_ids": ids[:, start:end], "attention_mask": np.ones((2, end), np.int64), **past}
+        out = dict(zip(names, sess.run(None, feeds), strict=True))
+        assert np.abs(out["logits"] - want[:, start:end]).max() <= 1e-4
+        past = {k: out[k.replace("past_key_values", "present")] for k in past}
+        start = end

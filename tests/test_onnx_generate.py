@@ -124,3 +124,39 @@ def test_eos_stops_rows(tmp_path: Path) -> None:
     m = OrtModel.open(path, "cpu", threads=1)
     stopped = greedy(m, check(m, complete(m, {"input_ids": ids})), NEW, eos_id=eos)
     assert stopped.shape[1] <= 3 and stopped[0, -1] == eos
+
+
+def test_shared_kv_buffer_is_appended_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The contrib fp32 graph (GroupQueryAttention) says its cache may be one buffer per layer; generation then
+    decodes into max-length buffers that the graph fills in place: they hold what a prefill of the same tokens
+    computes, and the tokens equal the standard graph's (which returns a new present every step)."""
+    import specc.runtime.generate as generate
+
+    spec = specc.load_spec(*DECODERS["gpt2"])
+    ids = np.random.default_rng(3).integers(0, spec.vocab_size, (2, 5))
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    standard = export_onnx(spec, tmp_path / "std.onnx", kv_cache=True)
+    contrib = export_onnx(spec, tmp_path / "c.onnx", kv_cache=True, attention="contrib")
+    assert OrtModel.open(standard, "cpu").meta.get("specc.kv_buffer") is None
+    model = OrtModel.open(contrib, "cpu", threads=1)
+    assert model.meta["specc.kv_buffer"] == "shared"
+    made: list[generate.SharedKV] = []
+
+    class Spy(generate.SharedKV):
+        def __init__(self, *a, **kw) -> None:
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(generate, "SharedKV", Spy)
+    got = greedy(model, check(model, complete(model, feeds)), NEW)
+    np.testing.assert_array_equal(got, _ort_generate(standard, feeds))
+    (shared,) = made
+    seen = np.concatenate([ids, got[:, :-1]], 1)  # every token whose K/V the cache holds
+    past = {i.name: np.zeros((2, 4, 0, 8), np.float32) for i in model.main.get_inputs() if "past" in i.name}
+    prefill = model.run({"input_ids": seen, "attention_mask": np.ones_like(seen), **past})
+    total = seen.shape[1]
+    assert shared.buffers[0].shape[2] >= total
+    for buf, name in zip(shared.buffers, past, strict=True):
+        want = prefill[name.replace("past_key_values.", "present.")]
+        np.testing.assert_allclose(buf[:, :, :total], want, atol=1e-5)
+        assert not buf[:, :, total:].any()  # nothing written past the tokens fed

@@ -4,7 +4,9 @@ caches), or the RNN encoder + one-step decoder pair.
 
 Decoder-only batches may be left-padded (``attention_mask`` 0 on the left): every call gets the mask of all
 tokens so far and, when the graph takes them, the new tokens' ``position_ids`` (HF's count: a padded row
-generates what it would alone). Seq2seq decoders start every row at the start token (never padded)."""
+generates what it would alone). Seq2seq decoders start every row at the start token (never padded).
+A decoder-only graph whose cache may be one buffer per layer (``specc.kv_buffer: shared``) decodes into
+max-length buffers that it appends to in place (kv_buffer.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import numpy as np
 
 from ..errors import SpecError
 from .inputs import DEFAULT_START_ID
+from .kv_buffer import SharedKV, shares_buffer
 from .model import OrtModel
 
 OnToken = Callable[[int], None]
@@ -116,22 +119,35 @@ def _decoder(model: OrtModel, feeds: dict[str, np.ndarray], max_new: int, eos_id
     if cached:
         step.update(_empty_past(model, batch))
     rebuild = model.ir_meta.get("rebuild_cache_after")  # RoPE frequencies switch: recompute the cache once
+    # the prefill fills the cache; then the graph appends to max-length buffers in place (kv_buffer.py)
+    # (IO binding cannot feed position_ids, an overridable initializer: only when the graph derives them)
+    given_pos = feeds.get("position_ids") is not None
+    share = cached and has_mask and not given_pos and rebuild is None and shares_buffer(model)
+    shared: SharedKV | None = None
     for _ in range(max_new):
-        out = model.run(step)
-        nxt = stop.add(out["logits"])
+        if shared is not None:
+            logits = shared.step(step)
+        else:
+            out = model.run(step)
+            logits = out["logits"]
+        nxt = stop.add(logits)
         if stop.finished or len(stop.tokens) == max_new:
             break
         mask = np.concatenate([mask, np.ones((batch, 1), mask.dtype)], 1)
         pos = np.concatenate([pos, pos[:, -1:] + 1], 1)
         past = ids.shape[1]
         ids = np.concatenate([ids, nxt[:, None]], 1)
-        if cached and not (rebuild is not None and past <= rebuild < ids.shape[1]):
+        if share:
+            if shared is None:
+                shared = SharedKV(model.main, _presents(out), ids.shape[1] + max_new - len(stop.tokens))
+            step = {"input_ids": nxt[:, None]}
+        elif cached and not (rebuild is not None and past <= rebuild < ids.shape[1]):
             step = {"input_ids": nxt[:, None], **_presents(out)}
         else:
             step = {"input_ids": ids, **(_empty_past(model, batch) if cached else {})}
         if has_mask:
             step["attention_mask"] = mask
-        if has_pos:
+        if has_pos and not share:
             step["position_ids"] = pos[:, -step["input_ids"].shape[1] :]
     return stop.result()
 

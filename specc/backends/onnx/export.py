@@ -40,7 +40,7 @@ from . import graph_encdec
 from . import save as _save
 from .builder import ExportOptions
 from .graph_transformer import build_transformer, validate
-from .kv_cache import LAYOUT
+from .kv_cache import LAYOUT, buffer_metadata
 from .quantize import Quantization, quantize_model
 from .save import set_metadata
 from .weights import export_weights
@@ -251,6 +251,7 @@ def _metadata(spec: Any, g: LayerGraph, opts: ExportOptions) -> dict[str, str]:
     }
     if opts.kv_cache:
         meta["specc.kv_layout"] = LAYOUT
+        meta.update(buffer_metadata(g, opts))
     if any(op.kind == "moe" for op in g.ops()):
         meta["specc.moe"] = opts.moe
     return meta

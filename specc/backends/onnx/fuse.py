@@ -9,6 +9,9 @@ become one ``SkipLayerNormalization`` (LayerNorm) or ``SkipSimplifiedLayerNormal
 stream need no rewiring. ORT's own SkipLayerNorm fusion needs static shapes and does not fire on a graph with
 dynamic batch and sequence (checked with ``SessionOptions.optimized_model_filepath``): per pre-norm block it
 leaves 2 residual Adds, 2 bias Adds and 2 norms, each a full pass over [B, N, D].
+
+``bias_add`` also finds the qkv projection's bias, which MultiHeadAttention takes as its ``bias`` input
+(ops_attention.py).
 """
 
 from __future__ import annotations
@@ -36,10 +39,10 @@ def _readers(b: GraphBuilder, tensor: str) -> int:
     return sum(tensor in node.input for node in b.nodes)
 
 
-def _bias_add(b: GraphBuilder, tensor: str) -> tuple[NodeProto, str, str] | None:
-    """``tensor = y + bias`` with bias a 1-D initializer, read by nothing else yet: (node, y, bias)."""
+def bias_add(b: GraphBuilder, tensor: str, readers: int = 0) -> tuple[NodeProto, str, str] | None:
+    """``tensor = y + bias`` with bias a 1-D initializer and ``readers`` readers so far: (node, y, bias)."""
     node = _producer(b, tensor)
-    if node is None or node.op_type != "Add" or node.domain or _readers(b, tensor) != 1:
+    if node is None or node.op_type != "Add" or node.domain or _readers(b, tensor) != readers:
         return None
     for y, bias in (node.input, node.input[::-1]):
         arr = b.initializers.get(bias)
@@ -58,7 +61,7 @@ def skip_norm(b: GraphBuilder, op: Op, x: str, gamma: str, beta: str | None, eps
     branch, skip = add.input[1], add.input[0]
     bias = ""
     for i, j in ((1, 0), (0, 1)):  # a linear's bias folds into the fused op (the branch is usually input 1)
-        found = _bias_add(b, add.input[i])
+        found = bias_add(b, add.input[i], readers=1)
         if found:
             node, branch, bias = found
             skip = add.input[j]

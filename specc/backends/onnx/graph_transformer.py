@@ -24,7 +24,7 @@ def validate(g: LayerGraph, opts: ExportOptions) -> None:
     if opts.attention == "contrib":
         for op in g.ops():
             if op.kind == "attention":
-                check_contrib(op)
+                check_contrib(op, opts.dtype)
 
 
 def build_transformer(g: LayerGraph, weights: Mapping[str, np.ndarray], opts: ExportOptions) -> onnx.ModelProto:

@@ -6,6 +6,13 @@ self-attention layers in order. ``attention_mask`` of a cached decoder-only mode
 The decoder graph of an encoder-decoder export (graph_encdec.py) tags its self-attention cache
 ``past_key_values.{i}.decoder.key|value`` → ``present.{i}.decoder.key|value`` (optimum's names) and carries the
 cross-attention K/V beside it as ``.encoder.``.
+
+The past length of a decoder-only graph is ``attention_mask``'s length minus the new tokens' (the mask covers
+past + new), not the past tensors' length. So when every cached layer is GroupQueryAttention (the contrib fp32
+graph), the past tensors may instead be one max-length buffer per layer that the graph writes in place: bound
+(IO binding) as both ``past_key_values.{i}.*`` and ``present.{i}.*``, GroupQueryAttention appends the new
+tokens' K/V at the past length without copying the cache (``specc.kv_buffer`` = ``shared`` in the metadata;
+runtime/generate.py does this). Every layout works with a cache of exactly the past length.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ from onnx import helper
 
 from ...errors import SpecError
 from ...ir.graph import LayerGraph, Op
-from .builder import GraphBuilder
+from .builder import ExportOptions, GraphBuilder
 
 LAYOUT = "past_key_values.{i}.key|value -> present.{i}.key|value: [batch, kv_heads, past_sequence, head_dim]"
+SHARED = "shared"  # metadata specc.kv_buffer: past and present may be one max-length buffer (see above)
 
 
 @dataclass
@@ -48,7 +56,15 @@ class KVCache:
             shape = ["batch", op.attrs["kv_heads"], "past_sequence", op.attrs["head_dim"]]
             b.add_input(f"past_key_values.{i}{self.tag}.key", b.ftype, shape)
             b.add_input(f"past_key_values.{i}{self.tag}.value", b.ftype, shape)
-        self.past_len = b.scalar_dim(f"past_key_values.0{self.tag}.key", 2)
+        self.past_len = self._past_from_mask(b) or b.scalar_dim(f"past_key_values.0{self.tag}.key", 2)
+
+    def _past_from_mask(self, b: GraphBuilder) -> str:
+        """len(attention_mask) - len(input_ids) where the mask covers past + new tokens (decoder-only), else ""."""
+        p, ids = b.positions, b.values.get("input_ids", "")
+        mask = b.values.get(p.mask, "") if p is not None and p.stack == self.stack else ""
+        if not mask or not ids:
+            return ""
+        return b.op("Sub", [b.scalar_dim(mask, 1), b.scalar_dim(ids, 1)], scope="past_sequence")
 
     def past(self, op: Op) -> tuple[str, str]:
         i = self.index[op.name]
@@ -65,6 +81,18 @@ class KVCache:
             shape = ["batch", op.attrs["kv_heads"], total, op.attrs["head_dim"]]
             b.outputs.append(helper.make_tensor_value_info(k, b.ftype, shape))
             b.outputs.append(helper.make_tensor_value_info(v, b.ftype, shape))
+
+
+def buffer_metadata(g: LayerGraph, opts: ExportOptions) -> dict[str, str]:
+    """``specc.kv_buffer``: ``shared`` when the KV-cache graph lets past and present be one buffer."""
+    from .ops_attention import uses_gqa  # ops_attention → positions → kv_cache
+
+    if not opts.kv_cache or opts.attention != "contrib" or not opts.padding_mask:
+        return {}
+    if g.meta.get("positions_follow") != "attention_mask" or "input_ids" not in g.inputs:
+        return {}
+    ops = KVCache.plan(g).ops
+    return {"specc.kv_buffer": SHARED} if all(uses_gqa(op, opts.dtype) for op in ops) else {}
 
 
 def offset(b: GraphBuilder, stack: str | None) -> str:

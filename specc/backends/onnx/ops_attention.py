@@ -21,6 +21,7 @@ from ...ir.graph import Op
 from ..torch.layers.rope import attention_factor
 from .builder import CONTRIB, GraphBuilder, symbolic
 from .emit import emits
+from .fuse import bias_add
 from .masks import additive, combined_keep
 from .positions import position_ids, span
 from .tables import angles, rope_inv_freq, to_model_dtype
@@ -28,21 +29,26 @@ from .tables import angles, rope_inv_freq, to_model_dtype
 
 @emits("attention")
 def make_attention(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    a = op.attrs
-    h, kv, hd = a["heads"], a["kv_heads"], a["head_dim"]
-    if a["cross"]:
-        q = xs[0]
-        k, v = b.op("Split", [xs[1], b.i64(kv * hd, kv * hd)], scope=op.name, outputs=2, axis=-1)
-    else:
-        q, k, v = b.op("Split", [xs[0], b.i64(h * hd, kv * hd, kv * hd)], scope=op.name, outputs=3, axis=-1)
-    pad = xs[-1] if a.get("padding") else ""
-    if a.get("rope_dims"):
-        q = rope(b, op, q, h, xs[0])
-        k = rope(b, op, k, kv, xs[0])
+    pad = xs[-1] if op.attrs.get("padding") else ""
     cached = b.cache is not None and op.name in b.cache.index
     if b.opts.attention == "contrib":
-        return _contrib(b, op, q, k, v, pad, cached)
-    return _standard(b, op, q, k, v, pad, cached)
+        return _contrib(b, op, xs, pad, cached)
+    return _standard(b, op, *_split(b, op, xs[0], xs[1] if op.attrs["cross"] else ""), pad, cached)
+
+
+def _split(b: GraphBuilder, op: Op, packed: str, kv_packed: str = "") -> tuple[str, str, str]:
+    """Q, K, V off the packed projection(s), RoPE applied to Q and K."""
+    a = op.attrs
+    h, kv, hd = a["heads"], a["kv_heads"], a["head_dim"]
+    if kv_packed:
+        q = packed
+        k, v = b.op("Split", [kv_packed, b.i64(kv * hd, kv * hd)], scope=op.name, outputs=2, axis=-1)
+    else:
+        q, k, v = b.op("Split", [packed, b.i64(h * hd, kv * hd, kv * hd)], scope=op.name, outputs=3, axis=-1)
+    if a.get("rope_dims"):
+        q = rope(b, op, q, h, packed)
+        k = rope(b, op, k, kv, packed)
+    return q, k, v
 
 
 def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: bool) -> str:
@@ -67,54 +73,85 @@ def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached:
     return y if isinstance(y, str) else y[0]
 
 
-def _contrib(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: bool) -> str:
+def uses_gqa(op: Op, dtype: str) -> bool:
+    """GroupQueryAttention for causal self-attention when kv_heads < heads, and for every causal self-attention
+    of an fp32 graph: on the CPU EP its kernel is the faster one (bench/profile_onnx.py), and it reads the packed
+    projection without a Split. fp16 / bf16 graphs with kv_heads == heads keep MultiHeadAttention, which the
+    CUDA EP backs with its fused kernels in every dtype (its GroupQueryAttention has no fp32 kernel at all)."""
     a = op.attrs
-    h, kv, hd = a["heads"], a["kv_heads"], a["head_dim"]
-    keep = combined_keep(b, op, q, pad)
-    bias = additive(b, keep) if keep else ""
-    y = b.fresh(f"{op.name}/{'MultiHeadAttention' if kv == h else 'GroupQueryAttention'}")
+    causal = not a["cross"] and a["mask"] in ("causal", "sliding_window", "chunked")
+    # its kernels need head_dim % 8 == 0; MultiHeadAttention takes any
+    return causal and (a["kv_heads"] < a["heads"] or (dtype == "fp32" and a["head_dim"] % 8 == 0))
+
+
+def _contrib(b: GraphBuilder, op: Op, xs: list[str], pad: str, cached: bool) -> str:
+    a = op.attrs
+    check_contrib(op, b.opts.dtype)
+    gqa = uses_gqa(op, b.opts.dtype)
+    # MultiHeadAttention adds the projection bias: fold it before the mask's Shape node reads the projection
+    packed, kv_packed, proj_bias = (xs[0], "", "") if gqa else _fold_projection_bias(b, op, xs)
+    keep = combined_keep(b, op, packed, pad)
+    mask_bias = additive(b, keep) if keep else ""
+    y = b.fresh(f"{op.name}/{'GroupQueryAttention' if gqa else 'MultiHeadAttention'}")
     presents = list(b.cache.present(op)) if cached else [f"{op.name}/present_key", f"{op.name}/present_value"]
     pasts = list(b.cache.past(op)) if cached else ["", ""]
-    if kv == h:
-        b.op(
-            "MultiHeadAttention",
-            [q, k, v, "", "", bias, *pasts],
-            scope=op.name,
-            outputs=[y, *presents] if cached else [y],
-            domain=CONTRIB,
-            num_heads=h,
-            scale=float(a["scale"]),
-            unidirectional=1 if a["mask"] == "causal" else 0,
-        )
-    else:
-        check_contrib(op)
-        _, end = span(b, q, op.stack)
+    if gqa:
+        # no RoPE: the packed [B, N, (heads + 2 kv_heads) · head_dim] projection is GQA's packed query input
+        qkv = list(_split(b, op, xs[0])) if a.get("rope_dims") else [xs[0], "", ""]
+        _, end = span(b, xs[0], op.stack)
         total = b.op("Cast", [end], scope=op.name, to=6)  # int32 scalar
-        batch = b.dim(q, 0)
-        seqlens = b.op("Expand", [b.op("Sub", [total, b.const(1, "one_i32", "int32")], scope=op.name), batch])
+        seqlens = b.op("Expand", [b.op("Sub", [total, b.const(1, "one_i32", "int32")], scope=op.name), b.dim(xs[0], 0)])
         b.op(
             "GroupQueryAttention",
-            [q, k, v, *pasts, seqlens, total, "", "", "", bias],
+            [*qkv, *pasts, seqlens, total, "", "", "", mask_bias],
             scope=op.name,
             outputs=[y, *presents],
             domain=CONTRIB,
-            num_heads=h,
-            kv_num_heads=kv,
+            num_heads=a["heads"],
+            kv_num_heads=a["kv_heads"],
             scale=float(a["scale"]),
             softcap=float(a["softcap"]) if a.get("softcap") else None,
         )
-        batch_dim = symbolic(op.shape)[0]
         if not cached:  # unused outputs still need declared shapes for the checker
             for p in presents:
-                b.declare(p, b.ftype, [batch_dim, kv, None, hd])
+                b.declare(p, b.ftype, [symbolic(op.shape)[0], a["kv_heads"], None, a["head_dim"]])
+    else:
+        q, k, v = _split(b, op, packed, kv_packed)
+        b.op(
+            "MultiHeadAttention",
+            [q, k, v, proj_bias, "", mask_bias, *pasts],
+            scope=op.name,
+            outputs=[y, *presents] if cached else [y],
+            domain=CONTRIB,
+            num_heads=a["heads"],
+            scale=float(a["scale"]),
+            unidirectional=1 if a["mask"] == "causal" else 0,
+        )
     b.declare(y, b.ftype, symbolic(op.shape))
     return y
 
 
-def check_contrib(op: Op) -> None:
-    """GroupQueryAttention (the contrib op for kv_heads < heads) is always causal."""
+def _fold_projection_bias(b: GraphBuilder, op: Op, xs: list[str]) -> tuple[str, str, str]:
+    """(packed, kv_packed, bias): the Q/K/V projections before their bias Adds and the packed [q | k | v] bias
+    for MultiHeadAttention's ``bias`` input, which adds it while it lays Q/K/V out per head (no separate pass).
+    Unchanged (bias "") when RoPE must rotate the biased Q / K or a projection has no plain bias Add."""
+    cross = op.attrs["cross"]
+    inputs = [xs[0], xs[1]] if cross else [xs[0]]
+    found = [] if op.attrs.get("rope_dims") else [bias_add(b, x) for x in inputs]
+    if not found or any(f is None for f in found):
+        return xs[0], xs[1] if cross else "", ""
+    arrays = [b.initializers[bias] for _, _, bias in found]
+    for node, _, _ in found:
+        b.nodes.remove(node)
+    bias = b.const(np.concatenate(arrays), f"{op.name}.qkv_bias") if cross else found[0][2]
+    return found[0][1], found[1][1] if cross else "", bias
+
+
+def check_contrib(op: Op, dtype: str = "fp32") -> None:
+    """What the contrib ops cannot express: GroupQueryAttention is always causal, MultiHeadAttention has no
+    softcap."""
     a = op.attrs
-    if a.get("softcap") and a["kv_heads"] == a["heads"]:
+    if a.get("softcap") and not uses_gqa(op, dtype):
         raise SpecError(
             f"{op.name}: com.microsoft MultiHeadAttention has no softcap; this layer caps its scores at {a['softcap']}",
             hint="export with --attention standard",
