@@ -3,7 +3,7 @@
 checkpoint``) that single-process models load.
 
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-    model = specc.parallelize(specc.build_torch(spec), mesh)
+    model = specc.parallelize(specc.build_torch(spec, device="meta"), mesh)  # each rank allocates its shards
 """
 
 from __future__ import annotations

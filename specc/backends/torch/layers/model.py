@@ -32,8 +32,7 @@ class Model(nn.Module):
     RESIDUAL = r"$^"  # parameters initialised with std / sqrt(2 · layers)
 
     def init_weights(self, place: Any = None) -> nn.Module:
-        """Values drawn on the CPU in fp32 from one seeded generator in parameter order: the same everywhere.
-        ``place(name, param, values)`` puts each draw (a split model: this rank's shard) instead of copy_."""
+        """fp32 CPU draws from one seeded generator in parameter order; ``place(name, param, t)``: a shard's copy."""
         gen = torch.Generator().manual_seed(int(self.META["seed"]))
         with torch.no_grad():
             for owner_name, owner in self.named_modules():
