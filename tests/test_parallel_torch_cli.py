@@ -188,3 +188,7 @@ def test_parallel_layout_errors_exit_2_before_training(cli, write_spec, tmp_path
     ]:
         code, _, err = cli(*args, "--parallel", layout)
         assert code == 2 and message in err and "Traceback" not in err, (layout, err)
+    folder = tmp_path / "ck"  # resumed into itself: refused before its shards are touched
+    folder.mkdir()
+    code, _, err = cli("train", "--resume", folder, "--steps", "4", "--parallel", "tp=2", "-o", folder)
+    assert code == 2 and "is the checkpoint --resume reads" in err and "Traceback" not in err, err
