@@ -72,7 +72,10 @@ def compile_(
     ] = None,
     quantize: Annotated[
         Quantize | None,
-        typer.Option("--quantize", help="ONNX: weight-only int8 | int4 linears (onnxruntime MatMulNBits)"),
+        typer.Option(
+            "--quantize",
+            help="ONNX: weight-only int8 | int4 linears (MatMulNBits) and token embeddings (GatherBlockQuantized)",
+        ),
     ] = None,
     block_size: Annotated[
         int | None,
