@@ -178,14 +178,13 @@ def load(path: str | os.PathLike[str], with_optimizer: bool = False, weights: bo
     if names != set(want):
         extra = sorted(names ^ set(want))
         raise SpecError(f"the checkpoint's tensors do not match its spec: {extra[:4]}", file=str(p))
-    tensors = {}
     for name, spec_p in want.items():
-        info = stored[name]
-        if tuple(info.size) != tuple(spec_p.shape):
-            raise SpecError(f"{name} has shape {list(info.size)}; the spec needs {list(spec_p.shape)}", file=str(p))
-        tensors[name] = torch.empty(tuple(info.size), dtype=info.properties.dtype)
-    if not weights:
+        if tuple(stored[name].size) != tuple(spec_p.shape):
+            size = list(stored[name].size)
+            raise SpecError(f"{name} has shape {size}; the spec needs {list(spec_p.shape)}", file=str(p))
+    if not weights:  # checked, nothing allocated: a model larger than this process reads its shards elsewhere
         return Checkpoint(spec, {}, train, None)
+    tensors = {name: torch.empty(tuple(stored[name].size), dtype=stored[name].properties.dtype) for name in want}
     moments = {}
     if with_optimizer:  # optimizer.state.<param>.<slot> → <param>.<slot>, as the safetensors sidecar names them
         for key, info in stored.items():
