@@ -181,11 +181,12 @@ def test_build_is_deterministic() -> None:
 
 
 def test_marian_sinusoids_are_specc_sinusoids_permuted() -> None:
-    """The permutation marian_to_interleaved applies to the residual stream maps HF's table onto specc's."""
+    """The permutation the Marian plan applies along the residual stream (tensor_ops.interleave) maps HF's table
+    onto specc's."""
     from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
     from specc.backends.torch.layers import sinusoids
-    from specc.interop.hf_bart import interleave_order
+    from specc.interop.tensor_ops import interleave_order
 
     d = 16
     marian = MarianSinusoidalPositionalEmbedding(20, d).create_weight()
@@ -197,7 +198,7 @@ def test_marian_sinusoids_are_specc_sinusoids_permuted() -> None:
 def test_marian_weights_are_permuted_along_the_residual_stream(tmp_path: Path) -> None:
     model, g, tensors = _load("marian-shared", tmp_path)
     out = to_specc_names(g, tensors)
-    from specc.interop.hf_bart import interleave_order
+    from specc.interop.tensor_ops import interleave_order
 
     order = interleave_order(32)
     enc = model.model.encoder.layers[0]

@@ -87,6 +87,23 @@ def test_no_quantize_head_keeps_head_and_tied_table(spec, tmp_path: Path) -> Non
     assert meta["specc.quantize_head"] == "0" and meta["specc.quantize_embedding"] == "0"
 
 
+def test_api_refuses_quantization_settings_that_would_do_nothing(spec, tmp_path: Path) -> None:
+    """As the CLI does: a block size or head setting without ``quantize``, or beside a ``Quantization`` that
+    holds its own, is an error before anything is written."""
+    from specc.backends.onnx.quantize import Quantization
+    from specc.errors import SpecError
+
+    cases = [
+        ({"block_size": 64}, "block_size given with quantize=None"),
+        ({"quantize_head": False, "quantize_embedding": False}, "quantize_head, quantize_embedding given"),
+        ({"quantize": Quantization("int4"), "block_size": 16}, "the Quantization given holds them"),
+    ]
+    for options, message in cases:
+        with pytest.raises(SpecError, match=message):
+            export_onnx(spec, tmp_path / "x.onnx", **options)
+        assert not (tmp_path / "x.onnx").exists()
+
+
 def test_weights_compose_and_cache_agrees(spec, tmp_path: Path) -> None:
     """--weights are the ones quantized (logits near torch's on those weights), and the KV-cache graph decodes
     the same tokens as recomputing the whole context with the quantized cache-less graph."""

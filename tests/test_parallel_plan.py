@@ -131,6 +131,7 @@ def test_impossible_layouts_are_located_errors(cli: Cli, tmp_path: Path) -> None
         "tp=1,pp=1,dp=1,cp=3": "error: --parallel: sequence length 64 is not divisible by cp=3",
         "tp=2,pp=1,dp=2,tp=2": "error: --parallel: tp is given twice",
         "tp=2,pp=1,zp=2": "error: --parallel: cannot read 'zp=2'",
+        "": "error: --parallel: cannot read ''",  # an empty layout is refused, not read as no --parallel
     }
     for layout, message in cases.items():
         code, _, err = cli("analyze", str(spec), "--parallel", layout)

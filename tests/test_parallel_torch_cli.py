@@ -175,6 +175,25 @@ def test_torchrun_tp2_distributed_checkpoint_with_adam_state_resumes_at_dp2_as_o
         assert _weights_diff(moments, got.optimizer) < 1e-5
 
 
+def test_one_process_without_torchrun_trains_on_a_mesh_of_its_own(cli, tmp_path: Path) -> None:
+    """``--parallel dp=1,tp=1`` needs no torchrun: a one-process group of its own (no env:// rendezvous),
+    the single-process weights in a distributed checkpoint, the group gone afterwards."""
+    from safetensors.torch import load_file
+
+    from specc.parallel import checkpoint as distributed
+
+    text = tmp_path / "text.txt"
+    text.write_text("pack my box with five dozen liquor jugs " * 4, encoding="utf-8")
+    common = ["train", "llama2-7b", *LLAMA, "--task", "lm", "--text", text, "--batch", "2", "--max-len", "8"]
+    common += ["--eval-size", "2", "--steps", "2", "--device", "cpu"]
+    code, _, err = cli(*common, "--parallel", "dp=1,tp=1", "-o", tmp_path / "k")
+    assert code == 0 and "Traceback" not in err, err
+    assert not dist.is_initialized()
+    code, _, err = cli(*common, "-o", tmp_path / "one.safetensors")
+    assert code == 0, err
+    assert _weights_diff(load_file(tmp_path / "one.safetensors"), distributed.load(tmp_path / "k").weights) < 1e-6
+
+
 def test_parallel_layout_errors_exit_2_before_training(cli, write_spec, tmp_path: Path) -> None:
     spec = write_spec(ENC_DEC)
     args = ["train", spec, "--task", "reverse", "--steps", "2", "-o", tmp_path / "o.safetensors"]
@@ -188,3 +207,7 @@ def test_parallel_layout_errors_exit_2_before_training(cli, write_spec, tmp_path
     ]:
         code, _, err = cli(*args, "--parallel", layout)
         assert code == 2 and message in err and "Traceback" not in err, (layout, err)
+    folder = tmp_path / "ck"  # resumed into itself: refused before its shards are touched
+    folder.mkdir()
+    code, _, err = cli("train", "--resume", folder, "--steps", "4", "--parallel", "tp=2", "-o", folder)
+    assert code == 2 and "is the checkpoint --resume reads" in err and "Traceback" not in err, err

@@ -130,7 +130,7 @@ def analyze(
     refuse_stray(parallel, plan, **{"--zero": zero, "--sequence-parallel": sequence_parallel,
                  "--micro-batch": micro_batch, "--global-batch": global_batch, "--interconnect": interconnect,
                  "--devices": devices, "--top": top})  # fmt: skip
-    if parallel or plan:
+    if parallel is not None or plan:
         for flag, value in (("--batch", batch), ("--kv-len", kv_len), ("--sweep", sweep), ("--plot", plot)):
             if value is not None:
                 hint = "the batch is --global-batch, split by dp and --micro-batch" if flag == "--batch" else None
@@ -138,7 +138,7 @@ def analyze(
     batch = 1 if batch is None else batch
     opts = _options(**locals())
     g = _lower(s)
-    if parallel or plan:
+    if parallel is not None or plan:
         head, sections, doc, rows = run_parallel(spec, sets, g, opts, locals())
         o.emit(format.value, head, sections, doc, rows, output, out)
         return

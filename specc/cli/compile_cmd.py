@@ -72,7 +72,10 @@ def compile_(
     ] = None,
     quantize: Annotated[
         Quantize | None,
-        typer.Option("--quantize", help="ONNX: weight-only int8 | int4 linears (onnxruntime MatMulNBits)"),
+        typer.Option(
+            "--quantize",
+            help="ONNX: weight-only int8 | int4 linears (MatMulNBits) and token embeddings (GatherBlockQuantized)",
+        ),
     ] = None,
     block_size: Annotated[
         int | None,
@@ -136,8 +139,6 @@ def compile_(
         from ..backends.onnx.export import export_onnx
 
         opset, attention, moe = 23 if opset is None else opset, attention or AttentionOp.standard, moe or MoEForm.sparse
-        block_size = 32 if block_size is None else block_size
-        quantize_head = True if quantize_head is None else quantize_head
         export_onnx(s, path, weights=weights, dtype=dt, opset=opset, attention=attention.value, kv_cache=kv_cache,
                     moe=moe.value, quantize=quantize.value if quantize else None, block_size=block_size,
                     quantize_head=quantize_head, quantize_embedding=quantize_embedding)  # fmt: skip

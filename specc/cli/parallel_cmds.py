@@ -17,13 +17,14 @@ def refuse_stray(parallel: str | None, plan: bool, **given: Any) -> None:
     """Options of the parallel modes given without them (or with the wrong one) are errors, not ignored."""
     single = {"--zero", "--sequence-parallel", "--micro-batch", "--interconnect", "--global-batch", "--devices"}
     search = {"--devices", "--top", "--global-batch", "--interconnect"}
-    if parallel and plan:
+    layout = parallel is not None  # an empty --parallel "" is a layout to read (and refuse), not no layout
+    if layout and plan:
         raise SpecError("--parallel and --plan exclude each other", hint="--plan searches the layouts itself")
-    allowed = single if parallel else search if plan else set()
+    allowed = single if layout else search if plan else set()
     for flag, value in given.items():
         if value not in (None, False) and flag not in allowed:
-            mode = "--parallel" if parallel else "--plan" if plan else "--parallel or --plan"
-            raise SpecError(f"{flag} needs {mode}" if not (parallel or plan) else f"{flag} does not apply to {mode}")
+            mode = "--parallel" if layout else "--plan" if plan else "--parallel or --plan"
+            raise SpecError(f"{flag} needs {mode}" if not (layout or plan) else f"{flag} does not apply to {mode}")
 
 
 def run_parallel(spec: str, sets: list[str] | None, g: Any, opts: dict[str, Any], kw: dict[str, Any]) -> tuple:

@@ -101,7 +101,7 @@ def train(
     _check_numbers(locals())
     layout = launch.parse_layout(parallel) if parallel is not None else None
     if layout is not None and not output.name.endswith(".safetensors"):
-        _check_folder(output, spec, text)
+        _check_folder(output, spec, text, resume)
     else:
         _check_outputs(output, spec, text, resume)  # before any training: refused outputs cost nothing
     flags = {
@@ -203,12 +203,19 @@ def _check_outputs(output: Path, spec: str | None, text: Path | None, resume: Pa
         raise SpecError("the text is empty: there is nothing to train on", file=str(text))
 
 
-def _check_folder(output: Path, spec: str | None, text: Path | None) -> None:
-    """A distributed checkpoint folder: a new name, or a folder that holds one already (replaced)."""
+def _check_folder(output: Path, spec: str | None, text: Path | None, resume: Path | None) -> None:
+    """A distributed checkpoint folder: a new name, or a folder that holds one already (replaced) other than
+    the one resumed (its shards would be rewritten before its specc.json could be, leaving it half new)."""
     from ..parallel.checkpoint import is_checkpoint
 
     if spec is not None:
         note_spec(spec)
+    if resume is not None and _same(output, resume):
+        raise SpecError(
+            f"-o {output} is the checkpoint --resume reads; specc never overwrites an input",
+            file=str(output),
+            hint=f"write the resumed run to a new folder, e.g. -o {output.name}-2",
+        )
     if output.exists() and not (output.is_dir() and (is_checkpoint(output) or not any(output.iterdir()))):
         raise SpecError(
             f"{output} exists and is not a specc distributed checkpoint folder",

@@ -16,7 +16,6 @@ from ..ir.graph import LayerGraph
 from .family import BLOCK, Family, attention_sizes, prefix, rules_for
 from .hf_config import HFConfig
 from .plan import Plan, Rule, ShapeT, concat, copy, rows_from, squeezed
-from .tensor_ops import interleave_order  # noqa: F401  (re-exported: the Marian permutation)
 
 BART_POSITION_OFFSET = 2
 

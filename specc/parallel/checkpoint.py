@@ -178,14 +178,13 @@ def load(path: str | os.PathLike[str], with_optimizer: bool = False, weights: bo
     if names != set(want):
         extra = sorted(names ^ set(want))
         raise SpecError(f"the checkpoint's tensors do not match its spec: {extra[:4]}", file=str(p))
-    tensors = {}
     for name, spec_p in want.items():
-        info = stored[name]
-        if tuple(info.size) != tuple(spec_p.shape):
-            raise SpecError(f"{name} has shape {list(info.size)}; the spec needs {list(spec_p.shape)}", file=str(p))
-        tensors[name] = torch.empty(tuple(info.size), dtype=info.properties.dtype)
-    if not weights:
+        if tuple(stored[name].size) != tuple(spec_p.shape):
+            size = list(stored[name].size)
+            raise SpecError(f"{name} has shape {size}; the spec needs {list(spec_p.shape)}", file=str(p))
+    if not weights:  # checked, nothing allocated: a model larger than this process reads its shards elsewhere
         return Checkpoint(spec, {}, train, None)
+    tensors = {name: torch.empty(tuple(stored[name].size), dtype=stored[name].properties.dtype) for name in want}
     moments = {}
     if with_optimizer:  # optimizer.state.<param>.<slot> → <param>.<slot>, as the safetensors sidecar names them
         for key, info in stored.items():
@@ -201,7 +200,7 @@ def load(path: str | os.PathLike[str], with_optimizer: bool = False, weights: bo
 def load_into(model: nn.Module, path: str | os.PathLike[str]) -> None:
     """Fill a parallelized (or plain) model from a distributed checkpoint of any layout (a collective); each
     rank reads its shards, and a packed projection whole, one at a time, keeping its rows."""
-    from .materialize import put
+    from .materialize import copy_into_shard
 
     sd = get_model_state_dict(model)
     packed = _packed(model)
@@ -214,31 +213,31 @@ def load_into(model: nn.Module, path: str | os.PathLike[str]) -> None:
             param = model.get_parameter(name)
             whole = {name: torch.empty(tuple(param.shape), dtype=param.dtype)}
             dcp.load(whole, checkpoint_id=str(path))
-            put(param, whole[name], order)
+            copy_into_shard(param, whole[name], order)
 
 
 def load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | os.PathLike[str]) -> bool:
     """Fill ``optimizer`` (of a parallelized model) from a distributed checkpoint of any layout (a collective);
     False when the folder holds no optimizer state."""
-    from .materialize import put
+    from .materialize import copy_into_shard
 
     if not has_optimizer(path):
         return False
     osd = get_optimizer_state_dict(model, optimizer)  # moments allocated (zeros) as the parameters are split
     packed = {name: order for name, order in _packed(model).items() if name in osd["state"]}
     split = {name: osd["state"][name] for name in packed}
-    osd["state"].update({name: {k: _whole(v) for k, v in slots.items()} for name, slots in split.items()})
+    osd["state"].update({name: {k: _empty_whole(v) for k, v in slots.items()} for name, slots in split.items()})
     dcp.load({OPTIM: osd}, checkpoint_id=str(path))
     for name, order in packed.items():
         for slot, value in split[name].items():
             if torch.is_tensor(value) and value.dim():
-                put(value, osd["state"][name][slot], order)
+                copy_into_shard(value, osd["state"][name][slot], order)
                 osd["state"][name][slot] = value
     set_optimizer_state_dict(model, optimizer, osd)
     return True
 
 
-def _whole(value: Any) -> Any:
+def _empty_whole(value: Any) -> Any:
     """An empty whole tensor for a split one (scalars and plain values as they are)."""
     if not torch.is_tensor(value) or not value.dim():
         return value

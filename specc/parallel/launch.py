@@ -70,7 +70,11 @@ def init_mesh(layout: dict[str, int], device: torch.device) -> Any:
             hint=f"torchrun --nproc-per-node {need} -m specc train ...",
         )
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if "WORLD_SIZE" in os.environ:  # torchrun's env:// rendezvous
+            dist.init_process_group(backend)
+        else:  # one process without torchrun (dp=1,tp=1): a group of its own, no rendezvous to wait for
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     return init_device_mesh(device.type, (layout["dp"], layout["tp"]), mesh_dim_names=KNOWN)

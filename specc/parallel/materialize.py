@@ -40,7 +40,7 @@ def _tp(model: nn.Module) -> int:
     return model.mesh["tp"].size() if "tp" in names else 1
 
 
-def put(param: torch.Tensor, values: torch.Tensor, order: torch.Tensor | None = None) -> None:
+def copy_into_shard(param: torch.Tensor, values: torch.Tensor, order: torch.Tensor | None = None) -> None:
     """Copy the whole tensor ``values`` (single-process layout) into ``param``: its local shard if it is a
     DTensor, computed on this rank without communication."""
     if order is not None:
@@ -84,7 +84,7 @@ def materialize(model: nn.Module, init: bool) -> None:
     model.to_empty(device=device)
     if init:
         packed = packed_params(model.graph, _tp(model))
-        model.init_weights(lambda name, param, values: put(param, values, packed.get(name)))
+        model.init_weights(lambda name, param, values: copy_into_shard(param, values, packed.get(name)))
 
 
 def load_full(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
@@ -98,4 +98,4 @@ def load_full(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
         raise SpecError(f"the weights lack {missing[:4]}")
     with torch.no_grad():
         for name, param in params.items():
-            put(param, weights[name].to(mesh_device(model.mesh)), packed.get(name))
+            copy_into_shard(param, weights[name].to(mesh_device(model.mesh)), packed.get(name))

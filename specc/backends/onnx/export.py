@@ -64,8 +64,8 @@ def export_onnx(
     moe: str = "sparse",
     check: bool = True,
     quantize: str | Quantization | None = None,
-    block_size: int = 32,
-    quantize_head: bool = True,
+    block_size: int | None = None,
+    quantize_head: bool | None = None,
     quantize_embedding: bool | None = None,
 ) -> Path:
     """Write ``spec`` as ONNX with one fused attention node per attention layer; returns ``path``.
@@ -78,7 +78,7 @@ def export_onnx(
     ``padding_mask=False`` drops the ``attention_mask`` input (all tokens valid). Decoder-only graphs also take
     an optional ``position_ids`` input; by default their positions follow ``attention_mask`` (positions.py).
     ``quantize``: ``int8`` | ``int4`` weight-only quantized linears (quantize.py), blocks of ``block_size``
-    input channels, lm_head included unless ``quantize_head=False``, token embeddings unless
+    input channels (default 32), lm_head included unless ``quantize_head=False``, token embeddings unless
     ``quantize_embedding=False`` (default: wherever the onnxruntime in use supports it).
     ``moe``: ``sparse`` (each expert runs on its routed tokens) or ``dense`` (every expert on every token:
     static shapes, no data-dependent ops); see ops_moe.py.
@@ -146,12 +146,23 @@ def export_onnx(
 
 
 def _quantization(
-    quantize: str | Quantization | None, block_size: int, head: bool, embedding: bool | None, g: LayerGraph, dtype: str
+    quantize: str | Quantization | None,
+    block_size: int | None,
+    head: bool | None,
+    embedding: bool | None,
+    g: LayerGraph,
+    dtype: str,
 ) -> Quantization | None:
+    given = [k for k, v in (("block_size", block_size), ("quantize_head", head), ("quantize_embedding", embedding))
+             if v is not None]  # fmt: skip
+    if given and (quantize is None or isinstance(quantize, Quantization)):  # settings that would do nothing
+        why = "without quantize every weight is float" if quantize is None else "the Quantization given holds them"
+        raise SpecError(f"{', '.join(given)} given with quantize={quantize!r}: {why}")
     if quantize is None:
         return None
     if not isinstance(quantize, Quantization):
-        quantize = Quantization(str(quantize), int(block_size), bool(head), embedding=embedding)
+        block = 32 if block_size is None else int(block_size)
+        quantize = Quantization(str(quantize), block, head is not False, embedding=embedding)
     return quantize.resolve(g, dtype)
 
 
