@@ -77,6 +77,43 @@ def test_compiled_rope_gqa_sliding_window_decodes_like_eager_and_hf(tmp_path: An
     assert got[:, -NEW:].tolist() == _hf_generate(hf, ids)
 
 
+@pytest.fixture
+def uncompiled(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """torch.compile as the identity: the static-cache step runs eagerly (its masks, slots and windows, fast)."""
+    wrapped: list[Any] = []
+
+    def identity(fn: Any, **options: Any) -> Any:
+        wrapped.append(options)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", identity)
+    return wrapped
+
+
+STATIC_CASES = ["gpt2", "llama_gqa_rope", "mixtral_moe", "sliding_rope", "prefix_partial_rope", "post_norm_sinusoidal"]
+
+
+@pytest.mark.parametrize("case", STATIC_CASES)
+def test_static_cache_step_decodes_like_the_growing_cache(case: str, uncompiled: list[Any]) -> None:
+    model = model_of(case, "init.std=0.5", *(["attention.window=3"] if case == "sliding_rope" else []))
+    ids = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[1] * 6, [0, 0, 0, 1, 1, 1]])
+    for kwargs in ({}, {"attention_mask": mask}, {"temperature": 1.0, "seed": 2}):
+        assert torch.equal(model.generate(ids, 14, compile=True, **kwargs), model.generate(ids, 14, **kwargs))
+    assert uncompiled == [{"options": {}, "dynamic": False}]  # one decoder per model, made once
+
+
+def test_cli_compile_flag(cli: Any, uncompiled: list[Any]) -> None:
+    tiny = ["--set", "blocks=1", "--set", "d_model=16", "--set", "attention.heads=2", "--set", "vocab_size=50"]
+    args = ["generate", "gpt2", *tiny, "-p", "1 2 3", "-n", "6"]
+    code, eager, _ = cli(*args)
+    assert code == 0
+    assert cli(*args, "--compile")[:2] == (0, eager)
+    assert len(uncompiled) == 1
+    code, _, err = cli(*args, "--compile", "--no-cache")
+    assert code == 2 and "Traceback" not in err and "--compile decodes through the KV cache" in err
+
+
 def test_compiled_decoding_refuses_what_it_cannot_serve() -> None:
     gpt2 = model_of("gpt2")
     with pytest.raises(GenerationError, match="use_cache=False"):

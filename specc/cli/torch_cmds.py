@@ -122,6 +122,11 @@ def generate(
         )
     except GenerationError as e:
         raise SpecError(str(e), hint="use fewer tokens, or a spec with a longer context") from None
+    except torch._dynamo.exc.BackendCompilerFailed as e:  # --compile: inductor could not build the step
+        raise SpecError(
+            f"--compile: torch.compile failed: {str(e).strip().splitlines()[-1][:200]}",
+            hint="run without --compile (on the CPU inductor needs a C++ compiler)",
+        ) from None
     except RuntimeError as e:  # torch.multinomial on NaN / Inf probabilities
         if "probability tensor" not in str(e):
             raise
