@@ -22,6 +22,8 @@ Every number is measured in this run, on the machine it names (CPU model, torch 
    once per token; the tied embedding / head matrix once; KV-cache reads not counted). Then one decoding step
    at a cache of prompt + new/2 tokens against the model's one-row linear calls alone (same kernels, same
    weights, same order): what a step spends beyond streaming its weights.
+   Then the same generation with compiled decoding (bench/compiled_decode.py): specc's ``generate(compile=True)``
+   vs HF eager and HF's static cache + torch.compile (same inductor options), compile times reported apart.
 5. Peak memory of a one-block GPT-2-shaped model at N = 4096 and 16384 with fused SDPA vs the explicit math
    path (each measured in a fresh process as the growth of its peak RSS): O(N) vs O(N²).
 
@@ -41,6 +43,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 import decode_costs  # noqa: E402
 from attention_memory import attention_memory  # noqa: E402
+from compiled_decode import compiled_generation  # noqa: E402
 from twins import gpt2_twins  # noqa: E402
 
 import specc  # noqa: E402
@@ -225,6 +229,27 @@ def generation(
     }
 
 
+def compiled_row(c: dict[str, Any], prompt: int, new: int, floor: float, nbytes: int, read_bw: float) -> tuple:
+    """The table row of compiled decoding (bench/compiled_decode.py's measurements)."""
+    tok_s = c["specc compiled_tok_s"]
+    pct = tok_s / floor * 100
+    vs_hf = f"{tok_s / c['hf_tok_s']:.2f}× HF eager"
+    if "hf compiled_tok_s" in c:
+        hf_c = c["hf compiled_tok_s"]
+        vs_hf += f", {tok_s / hf_c:.2f}× HF static cache + compile ({hf_c:.1f} tok/s, compiled in "
+        vs_hf += f"{c['hf compiled_compile_s']:.0f} s, same tokens: {c['hf compiled_same_tokens']})"
+    else:
+        vs_hf += f"; HF static cache + compile: {c.get('hf_compiled_error', 'not supported for this model')}"
+    return (
+        f"greedy generate, compiled decode, prompt {prompt} + {new} new: median (best)",
+        f"{tok_s:.1f} tok/s ({c['specc compiled_best_tok_s']:.1f}); compiled in {c['specc compiled_compile_s']:.0f} s",
+        f"HF eager {c['hf_tok_s']:.1f} tok/s",
+        f"{vs_hf}; {pct:.0f}% of the bandwidth floor {floor:.1f} tok/s = {nbytes / 1e6:.0f} MB at {read_bw:.1f} GB/s "
+        f"({_verdict(pct, TARGETS['generate_floor'])}); same tokens as eager specc: {c['specc compiled_same_tokens']}",
+        f"≥ {TARGETS['generate_floor']:.0f}% of floor",
+    )
+
+
 # ==================================================================================================== main
 
 
@@ -310,6 +335,10 @@ def main() -> None:
             f"≥ {TARGETS['generate_hf']}× HF, ≥ {TARGETS['generate_floor']:.0f}% of floor",
         )
     )
+    progress("compiled decode (compiling first)")
+    ids = torch.randint(0, spec.vocab_size, (1, prompt), generator=torch.Generator().manual_seed(2))
+    c = compiled_generation(ours, hf, ids, new, 1 if quick else 3, IDLE)
+    rows.append(compiled_row(c, prompt, new, floor, nbytes, read_bw))
     progress("decode step")
     length = prompt + new // 2
     step = decode_costs.step_seconds(ours, spec.vocab_size, length, reps * 3, IDLE)

@@ -46,6 +46,10 @@ def generate(
         ),
     ] = 1,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="recompute the whole context each step")] = False,
+    compile_: Annotated[
+        bool,
+        typer.Option("--compile", help="decode through torch.compile over a static cache (compiles first: seconds)"),
+    ] = False,
     sets: SetOpt = None,
 ) -> None:
     """Generate token ids from a spec (random or given weights) or a `compile --target torch` checkpoint.
@@ -63,6 +67,8 @@ def generate(
     limits.bounded(top_p, "--top-p", 0.0, 1.0)
     limits.seed(seed)
     ids = _ids(prompt_ids)
+    if compile_ and no_cache:
+        raise SpecError("--compile decodes through the KV cache; --no-cache recomputes: choose one")
     if spec.endswith(".onnx"):
         raise SpecError(
             f"{spec} is an ONNX model; generate runs specs and torch checkpoints",
@@ -112,9 +118,15 @@ def generate(
             eos_token_id=eos_id,
             decoder_start_token_id=decoder_start_id,
             use_cache=not no_cache,
+            compile=compile_,
         )
     except GenerationError as e:
         raise SpecError(str(e), hint="use fewer tokens, or a spec with a longer context") from None
+    except torch._dynamo.exc.BackendCompilerFailed as e:  # --compile: inductor could not build the step
+        raise SpecError(
+            f"--compile: torch.compile failed: {str(e).strip().splitlines()[-1][:200]}",
+            hint="run without --compile (on the CPU inductor needs a C++ compiler)",
+        ) from None
     except RuntimeError as e:  # torch.multinomial on NaN / Inf probabilities
         if "probability tensor" not in str(e):
             raise

@@ -13,7 +13,10 @@ import torch
 from torch import Tensor
 
 from .attention import AttentionCore, math_attention
+from .compiled import StaticCache, decoder_of
+from .generation import GenerationError
 from .model import Model
+from .state import KVCache
 
 
 def math_kernel(core: AttentionCore, *args: Any) -> Tensor:
@@ -71,6 +74,29 @@ class SpeccModel(Model):
         finally:
             for m, attr, value in saved:
                 setattr(m, attr, value)
+
+    def generate(self, input_ids: Tensor, max_new_tokens: int, attention_mask: Tensor | None = None, *,
+                 compile: bool = False, **options: Any) -> Tensor:  # fmt: skip
+        """``Model.generate``; ``compile``: each one-token step through ``torch.compile`` over a static cache
+        (compiled.py: CUDA graphs on CUDA), compiled at the first call of a shape; the prompt runs eagerly."""
+        if not compile:
+            return super().generate(input_ids, max_new_tokens, attention_mask, **options)
+        if options.get("use_cache") is False:
+            raise GenerationError("compiled decoding steps through the KV cache: use_cache=False recomputes")
+        self.__dict__["_decoding"] = decoder_of(self, input_ids.device)
+        try:
+            return super().generate(input_ids, max_new_tokens, attention_mask, **options)
+        finally:
+            del self.__dict__["_decoding"]
+
+    def start(self, inputs: dict[str, Tensor | None], max_len: int) -> KVCache:
+        decoder = self.__dict__.get("_decoding")
+        return super().start(inputs, max_len) if decoder is None else decoder.start(super().start(inputs, max_len))
+
+    def step(self, cache: KVCache, tokens: Tensor, **growing: Tensor | None) -> Tensor:
+        if isinstance(cache, StaticCache) and tokens.shape[1] == 1 and cache.length:  # prefill: eager
+            return self.__dict__["_compiled_decoder"].step(cache, tokens, growing.get("attention_mask"))
+        return super().step(cache, tokens, **growing)
 
     def aux_loss(self) -> Tensor | None:
         """Sum of the MoE load-balancing losses of the last training forward (None without MoE or coef)."""
