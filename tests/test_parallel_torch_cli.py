@@ -189,6 +189,9 @@ def test_one_process_without_torchrun_trains_on_a_mesh_of_its_own(cli, tmp_path:
     code, _, err = cli(*common, "--parallel", "dp=1,tp=1", "-o", tmp_path / "k")
     assert code == 0 and "Traceback" not in err, err
     assert not dist.is_initialized()
+    code, _, err = cli("train", "--resume", tmp_path / "k", "--steps", "2", "--parallel", "dp=1", "-o", tmp_path / "k2")
+    assert code == 2 and "leaves nothing to do" in err  # refused on the mesh: the group is shut down all the same
+    assert not dist.is_initialized()
     code, _, err = cli(*common, "-o", tmp_path / "one.safetensors")
     assert code == 0, err
     assert _weights_diff(load_file(tmp_path / "one.safetensors"), distributed.load(tmp_path / "k").weights) < 1e-6
