@@ -189,6 +189,9 @@ def test_one_process_without_torchrun_trains_on_a_mesh_of_its_own(cli, tmp_path:
     code, _, err = cli(*common, "--parallel", "dp=1,tp=1", "-o", tmp_path / "k")
     assert code == 0 and "Traceback" not in err, err
     assert not dist.is_initialized()
+    code, _, err = cli("train", "--resume", tmp_path / "k", "--steps", "2", "--parallel", "dp=1", "-o", tmp_path / "k2")
+    assert code == 2 and "leaves nothing to do" in err  # refused on the mesh: the group is shut down all the same
+    assert not dist.is_initialized()
     code, _, err = cli(*common, "-o", tmp_path / "one.safetensors")
     assert code == 0, err
     assert _weights_diff(load_file(tmp_path / "one.safetensors"), distributed.load(tmp_path / "k").weights) < 1e-6
@@ -199,9 +202,10 @@ def test_parallel_layout_errors_exit_2_before_training(cli, write_spec, tmp_path
     args = ["train", spec, "--task", "reverse", "--steps", "2", "-o", tmp_path / "o.safetensors"]
     for layout, message in [
         ("dp=2,pp=2", "pp=2: pipeline parallelism is sized by specc analyze but not run by specc train"),
-        ("dp=2,sp=2", "'sp=2' is not dp=N or tp=N"),
+        ("dp=2,sp=2", "--parallel: cannot read 'sp=2'"),  # read by the analyzer's parser: the same messages
+        ("TP=2, dp=1", "needs 2 processes; torchrun is not running this process"),
         ("tp=2,pp=1,dp=1", "needs 2 processes; torchrun is not running this process"),  # the analyzer's form
-        ("dp=0", "dp must be a whole number"),
+        ("dp=0", "dp=0 is out of range"),
         ("tp=2,tp=2", "tp is given twice"),
         ("dp=2", "needs 2 processes; torchrun is not running this process"),
     ]:

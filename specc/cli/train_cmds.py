@@ -115,41 +115,41 @@ def train(
         dev = launch.local_device(dev)
         mesh = launch.init_mesh(layout, dev)
         out.quiet = launch.rank() != 0  # one log: rank 0's
-    if threads:
-        torch.set_num_threads(threads)  # small models on shared CPUs often run faster on fewer threads
-    if resume is not None:
-        if sets:
-            raise SpecError("--set cannot change the model of a resumed checkpoint", hint="leave out --set")
-        run = resume_run(resume, flags, dev, spec=load(spec) if spec else None, mesh=mesh)
-        side = resume if resume.is_dir() else optimizer_path(resume)  # a folder holds its optimizer state
-        if run.resumed_optimizer:
-            out.print(f"resuming {resume} at step {run.step} (optimizer state from {side})")
+    try:  # from here the process group (if any) is shut down however the command ends
+        if threads:
+            torch.set_num_threads(threads)  # small models on shared CPUs often run faster on fewer threads
+        if resume is not None:
+            if sets:
+                raise SpecError("--set cannot change the model of a resumed checkpoint", hint="leave out --set")
+            run = resume_run(resume, flags, dev, spec=load(spec) if spec else None, mesh=mesh)
+            side = resume if resume.is_dir() else optimizer_path(resume)  # a folder holds its optimizer state
+            if run.resumed_optimizer:
+                out.print(f"resuming {resume} at step {run.step} (optimizer state from {side})")
+            else:
+                what = f"{resume} holds no optimizer state" if resume.is_dir() else f"{side} not found"
+                err.print(f"warning: {what}: resuming {resume} at step {run.step} with fresh Adam moments")
         else:
-            what = f"{resume} holds no optimizer state" if resume.is_dir() else f"{side} not found"
-            err.print(f"warning: {what}: resuming {resume} at step {run.step} with fresh Adam moments")
-    else:
-        if spec is None:
-            raise SpecError("missing SPEC", hint="specc train SPEC --task reverse --steps 2000 -o out.safetensors")
-        if task is None:
-            raise SpecError("missing --task", hint="reverse | copy | sort | add | lm")
-        if steps is None:
-            raise SpecError("missing --steps", hint="e.g. --steps 2000")
-        cfg = TrainConfig(**{k: v for k, v in flags.items() if v is not None})
-        run = new_run(load(spec, sets), cfg, dev, mesh=mesh)
-    _check_config(run.cfg)  # a resumed checkpoint's own settings obey the same bounds
-    n_params = run.graph.num_params()  # the whole model (a parallel rank holds a share)
-    lo, hi = run.lengths
-    lengths = f"window {hi}" if run.task is None else f"lengths {lo}–{hi} ({run.task.length_meaning})"
-    where = str(dev)
-    if layout is not None:
-        where = f"{dev.type} × {layout['dp'] * layout['tp']} processes (dp={layout['dp']}, tp={layout['tp']})"
-    out.print(
-        f"{run.graph.meta['name']} ({run.graph.meta['family']}, {n_params:,} parameters) on {run.cfg.task}: "
-        f"{lengths}, vocabulary {len(run.vocab)}, batch {run.cfg.batch}, steps {run.step}→{run.cfg.steps}, {where}"
-    )
-    torch.set_grad_enabled(True)
-    reporter = RichReporter() if launch.rank() == 0 else None  # None: quiet
-    try:
+            if spec is None:
+                raise SpecError("missing SPEC", hint="specc train SPEC --task reverse --steps 2000 -o out.safetensors")
+            if task is None:
+                raise SpecError("missing --task", hint="reverse | copy | sort | add | lm")
+            if steps is None:
+                raise SpecError("missing --steps", hint="e.g. --steps 2000")
+            cfg = TrainConfig(**{k: v for k, v in flags.items() if v is not None})
+            run = new_run(load(spec, sets), cfg, dev, mesh=mesh)
+        _check_config(run.cfg)  # a resumed checkpoint's own settings obey the same bounds
+        n_params = run.graph.num_params()  # the whole model (a parallel rank holds a share)
+        lo, hi = run.lengths
+        lengths = f"window {hi}" if run.task is None else f"lengths {lo}–{hi} ({run.task.length_meaning})"
+        where = str(dev)
+        if layout is not None:
+            where = f"{dev.type} × {layout['dp'] * layout['tp']} processes (dp={layout['dp']}, tp={layout['tp']})"
+        out.print(
+            f"{run.graph.meta['name']} ({run.graph.meta['family']}, {n_params:,} parameters) on {run.cfg.task}: "
+            f"{lengths}, vocabulary {len(run.vocab)}, batch {run.cfg.batch}, steps {run.step}→{run.cfg.steps}, {where}"
+        )
+        torch.set_grad_enabled(True)
+        reporter = RichReporter() if launch.rank() == 0 else None  # None: quiet
         final = run_training(run, reporter, save=lambda r: save_run(r, output), save_every=save_every)
         _summary(run, final)
     finally:

@@ -11,31 +11,26 @@ from ..errors import SpecError
 
 KNOWN = ("dp", "tp")
 NOT_RUN = {"pp": "pipeline", "ep": "expert", "cp": "context"}  # degrees the analyzer sizes; here only =1
-MAX_DEGREE = 1 << 16
 
 
-def parse_layout(text: str, option: str = "--parallel") -> dict[str, int]:
-    """``dp=2,tp=2`` → {"dp": 2, "tp": 2}; a missing degree is 1. The analyzer's layouts (``tp=2,pp=1,dp=4``)
-    read alike: pp, ep and cp may be given as 1."""
-    layout = dict.fromkeys(KNOWN, 1)
-    seen = set()
-    for item in text.replace(" ", "").split(","):
-        key, eq, value = item.partition("=")
-        if not eq or key not in (*KNOWN, *NOT_RUN):
-            raise SpecError(f"{option}: {item!r} is not dp=N or tp=N", hint=f"{option} dp=2,tp=2")
-        if key in seen:
-            raise SpecError(f"{option}: {key} is given twice")
-        if not value.isdigit() or not 1 <= int(value) <= MAX_DEGREE:
-            raise SpecError(f"{option}: {key} must be a whole number from 1 to {MAX_DEGREE}, got {value!r}")
-        if key in NOT_RUN and int(value) != 1:
+def parse_layout(text: str) -> dict[str, int]:
+    """``dp=2,tp=2`` → {"dp": 2, "tp": 2}, read as ``specc analyze --parallel`` reads it (any subset of the
+    degrees, a missing one 1), so its layouts (``tp=2,pp=1,dp=4``) run as they are: pp, ep and cp only at 1."""
+    from ..analysis.parallel.layout import LayoutError
+    from ..analysis.parallel.layout import parse_layout as read
+
+    try:
+        layout = read(text)
+    except LayoutError as e:  # the analyzer's hint names pp, which train does not run
+        raise SpecError(e.message, hint="e.g. --parallel dp=2,tp=2" if e.hint else None) from None
+    for key, what in NOT_RUN.items():
+        if getattr(layout, key) != 1:
             raise SpecError(
-                f"{option}: {item}: {NOT_RUN[key]} parallelism is sized by specc analyze but not run by specc train",
-                hint=f"{option} dp=N,tp=N ({key}=1)",
+                f"--parallel {key}={getattr(layout, key)}: {what} parallelism is sized by specc analyze but not run "
+                "by specc train",
+                hint=f"--parallel dp=N,tp=N ({key}=1)",
             )
-        seen.add(key)
-        if key in KNOWN:
-            layout[key] = int(value)
-    return layout
+    return {key: getattr(layout, key) for key in KNOWN}
 
 
 def world_size() -> int:
