@@ -167,3 +167,16 @@ def test_model_py_skips_buffers_and_heads_the_model_does_not_have(tmp_path: Path
     with torch.no_grad():  # the next-sentence head skipped, the masked-LM logits are HF's
         got = bert_py.build(weights=str(tmp_path / "bert.safetensors"))(ids)
         torch.testing.assert_close(got, bert(ids).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_an_imported_spec_gets_only_its_own_familys_table(tmp_path: Path) -> None:
+    """A GPT-NeoX config's model.py must not carry GPT-2's names (which fit its parameters by renaming but
+    would refuse the real checkpoint); NeoX's per-head q/k/v reordering is not table data, so it has none."""
+    from hf_families_zoo import FAMILY_BY_ID
+    from test_hf_zoo import save as save_zoo
+
+    _, folder = save_zoo(FAMILY_BY_ID["neox-sequential"], tmp_path)
+    graph = specc.lower(import_hf(folder).spec)
+    assert "GPTNeoXForCausalLM" in graph.meta["source"]
+    assert hf_plan(graph) is None
+    assert "HF_NAMES" not in write_model_py(import_hf(folder).spec, tmp_path / "model.py").read_text()

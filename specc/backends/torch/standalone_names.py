@@ -31,8 +31,11 @@ _INDEX = re.compile(r"\.(\d+)\.")
 
 
 def hf_plan(graph: LayerGraph) -> Plan | None:
-    """The first Hugging Face family's plan that fills every parameter of the graph by renaming alone."""
-    for family in FAMILIES:
+    """The first Hugging Face family's plan that fills every parameter of the graph by renaming alone; for a
+    spec imported from a config.json only its own family's (another family's names would refuse its checkpoint)."""
+    source = str(graph.meta.get("source") or "")
+    named = [f for f in FAMILIES if any(re.search(rf"\b{a}\b", source) for a in f.architectures)]
+    for family in named or FAMILIES:
         if graph.meta.get("family") not in family.kinds:
             continue
         try:
