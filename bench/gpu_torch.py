@@ -7,7 +7,9 @@
 2. GPT-2-XL bf16 forward throughput against HF transformers' GPT2LMHeadModel (sdpa) of the same shape in the
    same run, and MFU = analyzer matmul FLOPs (full causal count) / time / measured bf16 matmul peak (and /
    the H200's nominal 989 TFLOP/s dense bf16).
-3. Greedy generation tokens/s of gpt2 (B=1) against HF ``generate``.
+3. Greedy generation tokens/s of gpt2 (B=1) against HF ``generate``, eager and with compiled decoding: specc's
+   ``generate(compile=True)`` (CUDA graphs over a static cache) against HF's static cache + torch.compile
+   ("reduce-overhead"), compile times apart (bench/compiled_decode.py). Correctness: compiled == eager tokens.
 Prints a markdown table. ``--cpu-dry-run`` runs the same code on the CPU with tiny sizes.
 """
 
@@ -23,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from compiled_decode import compiled_generation
 from twins import gpt2_twins
 
 import specc
@@ -74,9 +77,14 @@ def correctness(dev: torch.device) -> list[tuple[str, str]]:
             kw = {"decoder_start_token_id": 1} if seq2seq else {}
             cached = model.generate(ids[:1], 10, use_cache=True, **kw)
             full = model.generate(ids[:1], 10, use_cache=False, **kw)
+            compiled = None if seq2seq else model.generate(ids, 10, compile=True)  # both rows: batch 2
         diff = (fused - math).abs().max().item()
         same = torch.equal(cached, full)
         rows.append((f"{name}: SDPA vs math max abs diff (fp32); KV-cache greedy == recompute", f"{diff:.1e}; {same}"))
+        if compiled is not None:
+            with torch.inference_mode():
+                eager = model.generate(ids, 10)
+            rows.append((f"{name}: compiled decode (static cache) greedy == eager", f"{torch.equal(compiled, eager)}"))
     bf = specc.build_torch(specc.load_spec("gpt2", TINY["decoder"]), device=dev, dtype="bf16")
     with torch.inference_mode():
         out = bf(torch.randint(0, 97, (2, 32), device=dev))
@@ -143,6 +151,20 @@ def throughput(dev: torch.device, batch: int, seq: int, reps: int, dry: bool) ->
             f"{new / t_ours:.0f} vs {new / t_hf:.0f} tok/s ({t_hf / t_ours:.2f}×)",
         )
     )
+    c = compiled_generation(ours, hf, prompt, new, 1 if dry else 3, 0.0)
+    cell = (
+        f"{c['specc compiled_tok_s']:.0f} tok/s (compiled in {c['specc compiled_compile_s']:.0f} s; same tokens as "
+        f"eager: {c['specc compiled_same_tokens']}); {c['specc compiled_tok_s'] / (new / t_ours):.2f}× specc eager, "
+        f"{c['specc compiled_tok_s'] / c['hf_tok_s']:.2f}× HF eager"
+    )
+    if "hf compiled_tok_s" in c:
+        cell += (
+            f", {c['specc compiled_tok_s'] / c['hf compiled_tok_s']:.2f}× HF static cache + compile "
+            f"({c['hf compiled_tok_s']:.0f} tok/s, compiled in {c['hf compiled_compile_s']:.0f} s)"
+        )
+    else:
+        cell += f"; HF static cache + compile: {c.get('hf_compiled_error', 'not supported for this model')}"
+    rows.append((f"gpt2 fp32 greedy, prompt 32, {new} new: compiled decode", cell))
     return rows
 
 
