@@ -1,7 +1,7 @@
 """Greedy generation with compiled decoding: specc's ``generate(compile=True)`` (each one-token step through
-``torch.compile`` over a static cache) against HF ``generate`` eager and, where this transformers supports it for
-the model, HF's static cache + ``torch.compile`` with the same inductor options (mode "reduce-overhead", i.e. CUDA
-graphs, on CUDA).
+``torch.compile`` over a static cache) against specc's eager decoding, HF ``generate`` eager and, where this
+transformers supports it for the model, HF's static cache + ``torch.compile`` with the same inductor options
+(mode "reduce-overhead", i.e. CUDA graphs, on CUDA).
 
 The first call of each compiled contender compiles; its excess over a later call is reported as the compile
 time. Tokens/s are end to end (prompt included) after that warm-up, timed round-robin in one run.
@@ -50,6 +50,7 @@ def compiled_generation(
     greedy = {"max_new_tokens": new, "min_new_tokens": new, "do_sample": False, "pad_token_id": 0}
     contenders: dict[str, Callable[[], Any]] = {
         "specc compiled": lambda: ours.generate(ids, new, compile=True),
+        "specc": lambda: ours.generate(ids, new),
         "hf": lambda: hf.generate(ids, **greedy),
     }
     hf_options = hf_compiled_options(hf)
@@ -75,6 +76,6 @@ def compiled_generation(
                 times[name].append(_timed(fn, idle, sync)[0])
     for name, ts in times.items():
         out[f"{name}_tok_s"], out[f"{name}_best_tok_s"] = new / statistics.median(ts), new / min(ts)
-        if name != "hf":
+        if name.endswith("compiled"):
             out[f"{name}_compile_s"] = first[name] - statistics.median(ts)
     return out

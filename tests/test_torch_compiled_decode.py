@@ -103,6 +103,13 @@ def test_static_cache_step_decodes_like_the_growing_cache(case: str, uncompiled:
     assert uncompiled == [{"options": {}, "dynamic": False}]  # one decoder per model, made once
 
 
+def test_cuda_steps_compile_to_cuda_graphs(uncompiled: list[Any]) -> None:
+    from specc.backends.torch.layers.compiled import CompiledDecoder
+
+    CompiledDecoder(model_of("gpt2"), torch.device("cuda"))  # nothing runs: only torch.compile's options
+    assert uncompiled == [{"mode": "reduce-overhead", "dynamic": False}]
+
+
 def test_cli_compile_flag(cli: Any, uncompiled: list[Any]) -> None:
     tiny = ["--set", "blocks=1", "--set", "d_model=16", "--set", "attention.heads=2", "--set", "vocab_size=50"]
     args = ["generate", "gpt2", *tiny, "-p", "1 2 3", "-n", "6"]

@@ -22,11 +22,13 @@ from .attention import SelfAttention
 from .generation import GenerationError
 from .state import KVCache, State
 
-# Inductor options on the CPU: its defaults, by measurement (GPT-2 small, fp32, greedy 32 + 48..128 tokens,
-# 2-core Zen 3, tokens/s relative to eager specc in the same run): defaults 1.16× (1 thread) and 1.47× (2
-# threads); the decompose_mm pass (one-row matmuls as fused multiply + reduction, its size limits raised to cover
-# every GPT-2 layer) 1.05× and 0.65×, and 1.6× the compile time; freezing 1.48× (2 threads), no better than the
-# defaults, and it folds the weights into the compiled code, so weights changed in place later would be ignored.
+# Inductor options on the CPU: its defaults, by measurement (GPT-2 small, fp32, greedy 32 + 128 tokens, 2-core
+# AMD EPYC, 2 threads, tokens/s against eager specc in the same run, near-idle machine): defaults 0.83×, freezing
+# 0.89× (it folds the weights into the compiled code: weights changed in place later would be ignored), the
+# decompose_mm pass (one-row matmuls as a fused multiply + reduction, size limits raised to cover every layer)
+# slower than the defaults under load (0.65× vs 1.47× eager at 2 threads, 1.05× vs 1.16× at 1 thread) and 1.6×
+# their compile time. Inductor calls MKL for the linears, where eager specc runs its kernels measured on this
+# CPU (row-split / oneDNN GEMVs): on such a CPU compiled decoding pays off on CUDA, not here.
 CPU_OPTIONS: dict[str, Any] = {}
 
 BUCKET = 64  # static cache lengths are multiples of this
