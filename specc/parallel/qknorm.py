@@ -14,6 +14,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from ..backends.torch.layers import SliceRMSNorm
+from ..backends.torch.layers.norms import rms
 
 
 def _sum_over(x: Tensor, mesh: DeviceMesh) -> Tensor:
@@ -31,11 +32,8 @@ class SplitQKNorm(SliceRMSNorm):
 
     def forward(self, x: Tensor) -> Tensor:
         s, e = self.start, self.start + self.width
-        h = x[..., s:e].float()
-        mean = _sum_over(h.pow(2).sum(-1, keepdim=True), self.tp_mesh) / self.full
-        h = h * torch.rsqrt(mean + (self.eps or 1e-6))
-        w = self.weight
-        part = (h * (1.0 + w.float())).to(x.dtype) if self.unit_offset else w * h.to(x.dtype)
+        mean_square = lambda h: _sum_over(h.pow(2).sum(-1, keepdim=True), self.tp_mesh) / self.full
+        part = rms(x[..., s:e], self.weight, self.eps or 1e-6, self.unit_offset, mean_square)
         return torch.cat((x[..., :s], part, x[..., e:]), -1)
 
 

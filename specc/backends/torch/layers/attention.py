@@ -32,9 +32,8 @@ class AttentionCore(nn.Module):
         self, n_q: int, n_k: int, pad: Tensor | None, state: State | None, device: torch.device
     ) -> tuple[Tensor | None, bool]:
         """(boolean mask [B | 1, 1, N_q, N_k] or None, is_causal), built once per call."""
-        mask, window, prefix = "none" if self.mask == "padding" else self.mask, self.window, self.prefix
-        offset = state.offset if state is not None else 0
-        key = ("mask", mask, window, prefix, self.chunk, pad is None)
+        mask, offset = "none" if self.mask == "padding" else self.mask, state.offset if state is not None else 0
+        key = ("mask", mask, self.window, self.prefix, self.chunk, pad is None)
         if state is not None and key in state.memo:
             return state.memo[key]
         if pad is None and (mask == "none" or (mask == "causal" and n_q == 1)):
@@ -47,17 +46,7 @@ class AttentionCore(nn.Module):
             if mask == "prefix" and state is not None and state.positions_from is not None and pad is not None:
                 k = (pad.long().cumsum(-1) - 1).clamp(min=0)[:, None, None, :]  # a row's prefix: its first real tokens
                 q = k[..., -n_q:].transpose(-1, -2)
-            if mask == "causal":
-                allowed = k <= q
-            elif mask == "sliding_window":
-                allowed = (k <= q) & (k > q - (window or 0))  # `window` keys back, self included
-            elif mask == "prefix":
-                allowed = k <= q.clamp(min=(prefix or 0) - 1)  # the prefix sees itself whole; the rest is causal
-            elif mask == "chunked":
-                allowed = (k <= q) & (k // self.chunk == q // self.chunk)  # causal inside each chunk of positions
-            else:
-                allowed = torch.ones_like(k <= q)
-            allowed = allowed if allowed.dim() == 4 else allowed[None, None]
+            allowed = self.allows(k, q).reshape(-1, 1, n_q, n_k)
             if pad is not None:
                 allowed = allowed & pad[:, None, None, :].bool()
                 allowed = allowed | ~allowed.any(-1, keepdim=True)  # fully padded query rows: no NaN (ignored)
@@ -65,6 +54,18 @@ class AttentionCore(nn.Module):
         if state is not None:
             state.memo[key] = out
         return out
+
+    def allows(self, k: Tensor, q: Tensor) -> Tensor:
+        """Which keys (positions ``k``) the queries (positions ``q``) may see under this core's mask, padding aside
+        (broadcast: [N_k] against [N_q, 1], or per row)."""
+        if self.mask == "prefix":  # the prefix sees itself whole; the rest is causal
+            return k <= q.clamp(min=(self.prefix or 0) - 1)
+        seen = k <= q if self.mask in ("causal", "sliding_window", "chunked") else torch.ones_like(k <= q)
+        if self.mask == "sliding_window":  # `window` keys back, self included
+            seen = seen & (k > q - (self.window or 0))
+        if self.mask == "chunked":  # causal inside each chunk of positions
+            seen = seen & (k // self.chunk == q // self.chunk)
+        return seen
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         p = self.dropout if self.training else 0.0

@@ -148,17 +148,8 @@ class CompiledDecoder:
         if kind == "prefix" and self.follow:  # a row's prefix: its first real tokens
             pos = (pad.long().cumsum(-1) - 1).clamp(min=0)
             k, q = pos[:, idx][:, None, None, :], pos.gather(1, slot.expand(len(pad), 1))[:, :, None, None]
-        if kind == "causal":
-            allowed = k <= q
-        elif kind == "sliding_window":
-            allowed = (k <= q) & (k > q - (core.window or 0))
-        elif kind == "prefix":
-            allowed = k <= q.clamp(min=(core.prefix or 0) - 1)
-        elif kind == "chunked":
-            allowed = (k <= q) & (k // core.chunk == q // core.chunk)
-        else:
-            allowed = torch.ones_like(k <= q)
-        allowed = allowed & (idx <= slot)[None, None, None, :] & pad[:, idx][:, None, None, :]  # written, not padding
+        written = (idx <= slot)[None, None, None, :] & pad[:, idx][:, None, None, :]  # written, not padding
+        allowed = core.allows(k, q) & written
         return allowed | ~allowed.any(-1, keepdim=True)
 
 

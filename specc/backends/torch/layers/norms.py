@@ -6,11 +6,12 @@ import torch
 from torch import Tensor, nn
 
 
-def rms(x: Tensor, weight: Tensor, eps: float, unit_offset: bool) -> Tensor:
+def rms(x: Tensor, weight: Tensor, eps: float, unit_offset: bool, mean_square=None) -> Tensor:
     """x / sqrt(mean(x²) + eps) over the last axis, in fp32; times weight after casting back (LLaMA), or
-    times (1 + weight) in fp32 before casting back (Gemma)."""
+    times (1 + weight) in fp32 before casting back (Gemma). ``mean_square(h)``: another mean of h² (one
+    taken over features other processes hold too)."""
     h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    h = h * torch.rsqrt((h.pow(2).mean(-1, keepdim=True) if mean_square is None else mean_square(h)) + eps)
     if unit_offset:
         return (h * (1.0 + weight.float())).to(x.dtype)
     return weight * h.to(x.dtype)
