@@ -1,8 +1,9 @@
 """A standalone model.py loads specc or Hugging Face tensor names, by a table written from specc's weight plan:
-GPT-2 (Conv1D transposes, tied head), Llama (q/k/v concatenated), BART (offset position rows, logits bias) and
-Marian (the residual stream reordered) twins saved with save_pretrained give HF's logits and tokens; buffers
-and heads a checkpoint holds beyond the model are skipped by name; for every family the table builds exactly
-the tensors specc's own interop builds."""
+GPT-2 (Conv1D transposes, tied head), Llama (q/k/v concatenated), BART (offset position rows, logits bias),
+Marian (the residual stream reordered), GPT-NeoX and Falcon (fused q/k/v regrouped) and GPT-J twins saved with
+save_pretrained give HF's logits and tokens; buffers and heads a checkpoint holds beyond the model are skipped by
+name; for every family the table builds exactly the tensors specc's own interop builds, and every table op is
+its tensor_ops twin."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from types import ModuleType
 
 import pytest
 import torch
+from hf_families_zoo import FAMILY_BY_ID
 from safetensors.torch import load_file, save_file
 from test_hf_zoo import BY_ID, save
 from test_torch_cases import CASES, tiny
@@ -171,12 +173,78 @@ def test_model_py_skips_buffers_and_heads_the_model_does_not_have(tmp_path: Path
 
 def test_an_imported_spec_gets_only_its_own_familys_table(tmp_path: Path) -> None:
     """A GPT-NeoX config's model.py must not carry GPT-2's names (which fit its parameters by renaming but
-    would refuse the real checkpoint); NeoX's per-head q/k/v reordering is not table data, so it has none."""
-    from hf_families_zoo import FAMILY_BY_ID
-    from test_hf_zoo import save as save_zoo
-
-    _, folder = save_zoo(FAMILY_BY_ID["neox-sequential"], tmp_path)
+    would refuse the real checkpoint): it carries NeoX's, its per-head q/k/v as the ``regroup`` table op."""
+    _, folder = save(FAMILY_BY_ID["neox-sequential"], tmp_path)
     graph = specc.lower(import_hf(folder).spec)
     assert "GPTNeoXForCausalLM" in graph.meta["source"]
-    assert hf_plan(graph) is None
-    assert "HF_NAMES" not in write_model_py(import_hf(folder).spec, tmp_path / "model.py").read_text()
+    assert hf_plan(graph).family == "GPT-NeoX"
+    text = write_model_py(import_hf(folder).spec, tmp_path / "model.py").read_text()
+    assert '"regroup"' in text and "query_key_value" in text and "c_attn" not in text
+
+
+@pytest.mark.parametrize(
+    "case_id", ["neox-parallel", "neox-sequential", "gptj-interleaved", "falcon-7b-style", "falcon-40b-style"]
+)
+def test_model_py_loads_fused_qkv_checkpoints(tmp_path: Path, case_id: str) -> None:
+    """GPT-NeoX stores q/k/v per head [heads, 3, head_dim], Falcon per KV group [kv, heads/kv + 2, head_dim]
+    (one group: multi-query), GPT-J separately with interleaved rotary pairs: their save_pretrained checkpoints
+    give HF's logits and greedy tokens through the table (``regroup`` for the fused ones)."""
+    hf, folder = save(FAMILY_BY_ID[case_id], tmp_path)
+    model_py = _model_py(import_hf(folder).spec, tmp_path / "model.py")
+    assert ('"regroup"' in (tmp_path / "model.py").read_text()) == (not case_id.startswith("gptj"))
+    model = model_py.build(weights=str(folder / "model.safetensors"))
+    ids = torch.randint(3, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-5, rtol=1e-5)
+        hf.generation_config.update(eos_token_id=None, pad_token_id=0, do_sample=False, num_beams=1)
+        one = ids[:1]
+        assert torch.equal(model.generate(one, 6), hf.generate(one, max_new_tokens=6, min_new_tokens=6))
+
+
+def _how(name: str):
+    from specc.backends.torch.standalone_names import HOW
+
+    return eval(HOW[name], {"torch": torch})  # the lambda exactly as model.py writes it
+
+
+def test_every_table_op_is_its_tensor_ops_twin() -> None:
+    """model.py's HOW lambdas compute what specc.interop.tensor_ops (the plan's own builders) compute, for torch
+    and numpy inputs; every HOW op is checked, so a new one needs its twin here."""
+    from specc.backends.torch.standalone_names import HOW
+    from specc.interop import tensor_ops as ops
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(24, 6, generator=g), torch.randn(8, 6, generator=g)
+    twins = {  # op → (tensors, args, the tensor_ops result on numpy copies)
+        "copy": ([x], (), lambda a: a[0]),
+        "t": ([x], (), lambda a: ops.transpose(a[0])),
+        "cat": ([x, y], (0,), lambda a: ops.cat(a, 0)),
+        "stack": ([x, x + 1], (), lambda a: ops.stack(a)),
+        "reshape": ([x], ((4, 36),), lambda a: ops.reshape(a[0], (4, 36))),
+        "rows": ([x], (2,), lambda a: a[0][2:]),  # plan.rows_from slices
+        "narrow": ([x], (1, 1, 4), lambda a: ops.narrow(a[0], 1, 1, 4)),
+        "interleave": ([x], (1,), lambda a: ops.interleave(a[0], 1)),
+        "regroup": ([x], (2, (2, 1, 1)), lambda a: ops.regroup(a[0], 2, (2, 1, 1))),
+    }
+    assert set(twins) == set(HOW)
+    for name, (xs, args, twin) in twins.items():
+        got = _how(name)(xs, *args)
+        assert torch.equal(got, torch.as_tensor(twin([t.numpy() for t in xs]))), name
+        assert torch.equal(got, twin(xs)), name
+    bias = torch.arange(24.0)  # 1-D (a bias) as well
+    assert torch.equal(_how("regroup")([bias], 4, (1, 1, 1)), ops.regroup(bias, 4, (1, 1, 1)))
+
+
+@pytest.mark.parametrize(("heads", "kv"), [(4, 4), (4, 2), (6, 1)])
+def test_regroup_is_the_per_group_qkv_order(heads: int, kv: int) -> None:
+    """regroup(groups=kv, sizes=(heads/kv, 1, 1)) turns Falcon's [kv, q.. k v, head_dim] rows (GPT-NeoX's
+    [heads, 3, head_dim] when kv = heads) into specc's [q heads | k heads | v heads], by head name."""
+    from specc.interop.hf_fused_qkv import per_group
+    from specc.interop.tensor_ops import regroup
+
+    d, r = 3, heads // kv
+    stored = [(w, h) for g in range(kv) for w, h in [*(("q", g * r + j) for j in range(r)), ("k", g), ("v", g)]]
+    want = [("q", h) for h in range(heads)] + [(w, g) for w in "kv" for g in range(kv)]
+    rows = torch.tensor([[stored.index(b) * 10 + i] for b in want for i in range(d)], dtype=torch.float32)
+    hf_rows = torch.tensor([[b * 10 + i] for b in range(len(stored)) for i in range(d)], dtype=torch.float32)
+    assert torch.equal(regroup(hf_rows, *per_group(heads, kv)), rows)

@@ -197,8 +197,9 @@ def listed(what: str, items: list[str], hint: str) -> list[Diagnostic]:
     return [*shown[:-1], Diagnostic(shown[-1].message, hint=hint)]
 
 
-def reordered(src: str, shape: ShapeT, index: list[int], how: str) -> Rule:
-    """Rows of a fused tensor in another order (``out[i] = src[index[i]]``): per-head or per-group q/k/v."""
-    if sorted(index) != list(range(shape[0])):
-        raise ValueError(f"row order of {src} is not a permutation of {shape[0]} rows")
-    return Rule((src,), (shape,), lambda x: ops.take(x, 0, index), f"rows reordered ({how})")
+def regrouped(src: str, shape: ShapeT, groups: int, sizes: tuple[int, ...], how: str) -> Rule:
+    """Rows of a fused tensor stored group by group (``tensor_ops.regroup``): per-head or per-group q/k/v."""
+    if shape[0] % (groups * sum(sizes)):
+        raise ValueError(f"{shape[0]} rows of {src} do not split into {groups} groups of {sum(sizes)} blocks")
+    op = ("regroup", groups, sizes)
+    return Rule((src,), (shape,), lambda x: ops.regroup(x, groups, sizes), f"rows regrouped ({how})", op)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,16 @@ def interleave(x: Any, axis: int) -> Any:
 def interleave_order(d: int) -> list[int]:
     """The index ``interleave`` takes: out j ← in j // 2 + (j % 2) · d/2."""
     return [j // 2 + (j % 2) * (d // 2) for j in range(d)]
+
+
+def regroup(x: Any, groups: int, sizes: tuple[int, ...]) -> Any:
+    """Rows of ``x`` stored group by group, each group ``sizes[0]`` blocks of part 0, then ``sizes[1]`` of part 1,
+    ...: ``[g0: p0 × sizes[0], p1 × sizes[1], ..., g1: ...]``, reordered part by part ``[p0 of every group | p1 of
+    every group | ...]``, groups kept in order (GPT-NeoX's per-head and Falcon's per-group q/k/v)."""
+    rest = tuple(x.shape[1:])
+    blocks = x.reshape(groups, sum(sizes), -1, *rest)  # [group, block, row in block, ...]
+    starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+    return cat([blocks[:, a:b].reshape(-1, *rest) for a, b in pairwise(starts)], 0)
 
 
 def equal(a: Any, b: Any) -> bool:

@@ -26,6 +26,9 @@ HOW = {
     "rows": "lambda xs, start: xs[0][start:]",
     "narrow": "lambda xs, dim, start, stop: xs[0].narrow(dim, start, stop - start).contiguous()",
     "interleave": "lambda xs, dim: xs[0].unflatten(dim, (2, -1)).transpose(dim, dim + 1).flatten(dim, dim + 1)",
+    # rows stored group by group [g: sizes[0] blocks, sizes[1] blocks, ...] → part by part (NeoX/Falcon q/k/v)
+    "regroup": "lambda xs, groups, sizes: torch.cat([p.flatten(0, 2) for p in xs[0].unflatten(0, "
+    "(groups, sum(sizes), -1)).split(sizes, 1)])",
 }
 _INDEX = re.compile(r"\.(\d+)\.")
 
