@@ -183,7 +183,8 @@ def test_an_imported_spec_gets_only_its_own_familys_table(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
-    "case_id", ["neox-parallel", "neox-sequential", "gptj-interleaved", "falcon-7b-style", "falcon-40b-style"]
+    "case_id",
+    ["neox-parallel", "neox-sequential", "gptj-interleaved", "falcon-7b-style", "falcon-40b-style", "falcon-mha-seq"],
 )
 def test_model_py_loads_fused_qkv_checkpoints(tmp_path: Path, case_id: str) -> None:
     """GPT-NeoX stores q/k/v per head [heads, 3, head_dim], Falcon per KV group [kv, heads/kv + 2, head_dim]
