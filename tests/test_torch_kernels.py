@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specc.backends.torch import kernels, kernels_candidates, kernels_dispatch, kernels_measure
+from specc.backends.torch import kernels, kernels_candidates, kernels_dispatch, kernels_measure, kernels_native
 
 IN, OUT = 48, 81  # OUT is odd: the row-split GEMV also has a remainder block
 
@@ -79,6 +79,8 @@ def test_non_contiguous_input(rows: int) -> None:
 def test_every_candidate_equals_f_linear(name: str, rows: int) -> None:
     if name == "onednn" and not kernels_candidates.onednn_available(torch.float32):
         pytest.skip("this torch build has no working oneDNN linear")
+    if name == "native" and not kernels_native.available():
+        pytest.skip(f"native GEMV: {kernels_native.status()}")
     w, b = _weights(True)
     x = torch.randn(2, rows, IN, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
@@ -224,8 +226,10 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 @pytest.mark.parametrize(
     ("rows", "costs", "expect"),
     [
-        (2, {"torch": 1.0, "onednn": 0.5, "split": 0.2}, "split"),
-        (2, {"torch": 1.0, "onednn": 0.5, "split": 0.7}, "onednn"),
+        (2, {"torch": 1.0, "onednn": 0.5, "split": 0.2, "native": 0.4}, "split"),
+        (2, {"torch": 1.0, "onednn": 0.5, "split": 0.7, "native": 0.9}, "onednn"),
+        (2, {"torch": 1.0, "onednn": 0.5, "split": 0.7, "native": 0.3}, "native"),
+        (1, {"torch": 1.0, "onednn": 1.2, "split": 1.1, "native": 0.98}, "torch"),  # within the margin
         (100, {"torch": 1.0, "onednn": 0.5}, "onednn"),
         (100, {"torch": 1.0, "onednn": 0.98}, "torch"),  # within the margin: F.linear
         (100, {"torch": 0.5, "onednn": 1.0}, "torch"),
@@ -238,6 +242,8 @@ def test_the_fastest_candidate_is_chosen(
         pytest.skip("this torch build has no working oneDNN linear")
     if rows <= kernels.FEW_ROWS and torch.get_num_threads() == 1:
         pytest.skip("the row split needs 2 threads")
+    if "native" in costs and not kernels_native.available():
+        pytest.skip(f"native GEMV: {kernels_native.status()}")
     for name, seconds in costs.items():
         monkeypatch.setitem(kernels.CANDIDATES, name, clock.costing(kernels.CANDIDATES[name], seconds * 1e-3))
     w, b = _weights(True)

@@ -3,10 +3,12 @@
 Which fp32 GEMM is fastest depends on the CPU: on Intel Xeons MKL's sgemm (behind ``F.linear``) is fast; on
 AMD EPYCs with AVX-512 MKL does not use it and oneDNN's linear can be twice as fast; on others the two trade
 places shape by shape. Decoding a few tokens is a weight-streaming GEMV that MKL may run on one core; a
-batched matmul over row blocks of the weight streams on every core. Nothing here assumes a vendor.
+batched matmul over row blocks of the weight streams on every core, and specc's native GEMV (compiled at first
+use) streams each thread's rows as one sequential read. Nothing here assumes a vendor.
 
 One job per file:
-- ``kernels_candidates``: the candidate kernels (F.linear, oneDNN, row-split GEMV) and the oneDNN probe;
+- ``kernels_candidates``: the candidate kernels (F.linear, oneDNN, row-split GEMV, native) and the oneDNN probe;
+- ``kernels_native``: building, caching and loading the native GEMV (``SPECC_NATIVE=0`` turns it off);
 - ``kernels_measure``: timing the candidates of a shape class on the call's own inputs, noise detection;
 - ``kernels_dispatch``: ``linear`` — which calls may be routed, the per-class decisions, re-measuring;
 - ``kernels_modules``: ``accelerate`` / ``restore`` of a model's ``nn.Linear`` layers and tied heads.

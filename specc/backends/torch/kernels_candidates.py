@@ -3,7 +3,8 @@
 Each candidate computes ``F.linear(x, w, b)``: ``torch`` is F.linear itself (MKL or whatever this build
 uses), ``onednn`` is ``torch.ops.mkldnn._linear_pointwise`` (a private op: used only where a probe shows it
 exists and agrees with F.linear), ``split`` is a batched matmul over row blocks of the weight (a GEMV of a few
-rows then streams the weight on every core instead of one).
+rows then streams the weight on every core instead of one), ``native`` is specc's own fp32 GEMV
+(kernels_native: compiled at first use, used only where it builds and agrees).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from .kernels_native import native_linear
 
 Kernel = Callable[[Tensor, Tensor, "Tensor | None"], Tensor]
 TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}  # |candidate − F.linear| ≤ tol · (max|F.linear| + 1)
@@ -44,7 +47,7 @@ def _split(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     return y.view(*x.shape[:-1], n_out)
 
 
-CANDIDATES: dict[str, Kernel] = {"torch": _torch, "onednn": _onednn, "split": _split}
+CANDIDATES: dict[str, Kernel] = {"torch": _torch, "onednn": _onednn, "split": _split, "native": native_linear}
 
 onednn_ok: dict[torch.dtype, bool] = {}  # the probe's verdict per dtype
 

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import kernels_native
 from .kernels_candidates import CANDIDATES, onednn_available, runs_and_agrees
 
 try:
@@ -57,8 +58,11 @@ def applicable(x: Tensor, w: Tensor) -> list[str]:
     if onednn_available(x.dtype):
         names.append("onednn")
     k = torch.get_num_threads()
-    if x.numel() <= FEW_ROWS * x.shape[-1] and k > 1 and w.shape[0] >= 8 * k and w.is_contiguous():
+    gemv = x.numel() <= FEW_ROWS * x.shape[-1]
+    if gemv and k > 1 and w.shape[0] >= 8 * k and w.is_contiguous():
         names.append("split")
+    if gemv and x.dtype == torch.float32 and w.is_contiguous() and kernels_native.available():
+        names.append("native")
     return names
 
 

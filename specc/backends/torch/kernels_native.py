@@ -1,0 +1,185 @@
+"""specc's native GEMV (kernels_native.cpp): compiled at first use with this machine's C++ compiler, loaded by ctypes.
+
+Decoding is a chain of one-row linears that stream each weight once; on some CPUs every torch kernel reads those
+weights well below the memory's speed (measured: 7–13 GB/s where ``sum()`` reads 14–18). The native kernel is one
+more candidate for ``kernels_measure`` to time: it is chosen only where it measures fastest, and where it cannot be
+built (no compiler, no OpenMP runtime in torch, not Linux, ``SPECC_NATIVE=0``) the other candidates are used as
+before — ``status()`` says why.
+
+Build: ``$CXX`` (else ``c++``) ``-O3 -march=native -fopenmp``, linked to the OpenMP runtime torch has loaded (so the
+kernel's threads are torch's threads, not a second pool competing for the cores). The library is cached under
+``$SPECC_CACHE_DIR`` (else ``$XDG_CACHE_HOME/specc``, else ``~/.cache/specc``) in ``kernels/``, named by a hash of
+the source, the compiler, the flags, the CPU and torch's OpenMP runtime, and written atomically (concurrent first
+uses each build and one rename wins). Building takes about half a second; loading a cached one, microseconds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+ENV = "SPECC_NATIVE"  # "0": never build or load the native kernel
+SOURCE = Path(__file__).with_name("kernels_native.cpp")
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17"]
+VERSION = 1  # specc_gemv_version() of a library this loader accepts
+_TIMEOUT_S = 120
+
+_state: dict[str, object] = {}  # "fn": the loaded entry point, or "why": the reason there is none
+
+
+def status() -> str:
+    """``"ready: PATH"`` once the kernel is loaded, else why it is not (tries to build it first)."""
+    fn = _entry()
+    return f"ready: {_state['path']}" if fn is not None else f"unavailable: {_state['why']}"
+
+
+def available() -> bool:
+    """Whether the native kernel is built and loaded (building it at the first call)."""
+    return _entry() is not None
+
+
+def native_linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """``F.linear(x, w, b)`` for fp32 CPU tensors by the native GEMV (any number of rows; it is timed only on a few)."""
+    fn = _entry()
+    if fn is None or x.dtype != torch.float32 or w.dtype != torch.float32:
+        raise RuntimeError("specc's native GEMV is fp32-only and must be available")
+    n_out, n_in = w.shape
+    rows = x.reshape(-1, n_in).contiguous()
+    w = w.contiguous()
+    y = torch.empty(rows.shape[0], n_out, dtype=x.dtype)
+    bias = b.contiguous().data_ptr() if b is not None else None
+    fn(rows.data_ptr(), w.data_ptr(), bias, y.data_ptr(), rows.shape[0], n_in, n_out, torch.get_num_threads())
+    return y.view(*x.shape[:-1], n_out)
+
+
+def reset() -> None:
+    """Forget the loaded library's handle (the next call loads it again from the cache, or builds it)."""
+    _state.clear()
+
+
+# ================================================================================================== building
+
+
+def _entry():
+    if "fn" in _state:
+        return _state["fn"]
+    fn, why, path = None, "", None
+    if os.environ.get(ENV) == "0":
+        why = f"{ENV}=0"
+    elif not sys.platform.startswith("linux"):
+        why = f"built on Linux only (this is {sys.platform})"
+    else:
+        omp = _torch_openmp()
+        if omp is None:
+            why = "torch has no OpenMP runtime loaded in this process"
+        else:
+            try:
+                path = _build(omp)
+                try:
+                    fn = _load(path)
+                except _Unloadable:  # a damaged cached file (removed by _load): build it once more
+                    path = _build(omp)
+                    fn = _load(path)
+            except (OSError, subprocess.SubprocessError, RuntimeError) as e:
+                why = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
+    _state.update(fn=fn, why=why, path=path)
+    return fn
+
+
+def _torch_openmp() -> str | None:
+    """The OpenMP runtime library torch's own CPU kernels run on, as this process has mapped it."""
+    torch.get_num_threads()  # torch's runtime is loaded with torch itself; this is only to be sure
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "/" in line}
+    except OSError:
+        return None
+    for name in ("libgomp", "libiomp5", "libomp"):
+        hits = sorted(p for p in paths if Path(p).name.startswith(name) and ".so" in Path(p).name)
+        torch_own = [p for p in hits if "torch" in p]
+        if torch_own or hits:
+            return (torch_own or hits)[0]
+    return None
+
+
+def _compiler() -> list[str]:
+    return shlex.split(os.environ.get("CXX") or "c++")
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("SPECC_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specc"
+    )
+    return Path(root) / "kernels"
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            keep = [line for line in f if line.startswith(("model name", "flags"))]
+        return "".join(sorted(set(keep)))
+    except OSError:
+        return platform.processor()
+
+
+def target(omp: str) -> tuple[Path, list[str]]:
+    """Where the library built for this source, compiler, CPU and OpenMP runtime is cached, and the compiler."""
+    cxx = _compiler()
+    try:
+        version = subprocess.run([*cxx, "--version"], capture_output=True, text=True, timeout=30, check=True)
+    except FileNotFoundError as e:
+        raise RuntimeError(f"no C++ compiler ({' '.join(cxx)}: not found)") from e
+    parts = (SOURCE.read_bytes(), version.stdout, " ".join(FLAGS), _cpu_flags(), omp, platform.machine())
+    key = hashlib.sha256(b"\0".join(p.encode() if isinstance(p, str) else p for p in parts)).hexdigest()[:16]
+    return _cache_dir() / f"gemv-{key}.so", cxx
+
+
+def _build(omp: str) -> Path:
+    out, cxx = target(omp)
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=".so.tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        # compiled with -fopenmp, linked to torch's runtime by path (its soname, already loaded, is reused)
+        cmd = [*cxx, *FLAGS, str(SOURCE), "-o", tmp, omp, f"-Wl,-rpath,{Path(omp).parent}"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cxx)} failed: {(done.stderr or done.stdout).strip()}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+class _Unloadable(RuntimeError):
+    pass
+
+
+def _load(path: Path):
+    try:
+        lib = ctypes.CDLL(str(path))
+        version = lib.specc_gemv_version
+        fn = lib.specc_gemv_f32
+    except (OSError, AttributeError) as e:  # unreadable or foreign: build afresh next time
+        path.unlink(missing_ok=True)
+        raise _Unloadable(f"cannot load {path}: {e}") from e
+    version.restype = ctypes.c_int
+    if version() != VERSION:
+        path.unlink(missing_ok=True)
+        raise _Unloadable(f"{path} is version {version()}, not {VERSION}")
+    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+    fn.restype = None
+    return fn
