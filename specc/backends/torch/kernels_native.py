@@ -148,7 +148,7 @@ def _build(omp: str) -> Path:
     out, cxx = target(omp)
     if out.exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # only this user's code gets loaded from it
     fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=".so.tmp", dir=out.parent)
     os.close(fd)
     try:
