@@ -18,8 +18,11 @@ specc by its Hugging Face name mapping) and the same thread count, contenders ti
 - greedy generation tokens/s through the KV-cache graph vs the torch backend and HF ``generate`` (KV cache;
   the contrib graph's cache is one max-length buffer per layer that it appends to in place, IO binding),
   and vs the memory-bandwidth floor: every step reads every weight once, so tokens/s ≤ bandwidth / weight
-  bytes, the bandwidth being the best call of two readers of 256 MiB: ORT's own weight-streaming MatMul
-  ([1, 4096] × [4096, 16384]) and torch's multi-threaded ``sum()``;
+  bytes. Two readers of 256 MiB, timed round-robin with the forward contenders: ORT's own weight-streaming
+  MatMul ([1, 4096] × [4096, 16384]) and torch's multi-threaded ``sum()``. Like for like: the floor is the
+  faster reader's median call, and the median generation is judged against it (the target); the best
+  generation against the best call of either reader is printed too (single calls spread widely on a
+  shared machine, so a best-vs-median comparison would say more about the spread than about the decode);
 - export time of GPT-2 small (fp32, including the full checker);
 - MoE: ORT forward of the sparse graph (experts run on their routed tokens) vs the dense one (every expert on
   every token), B=1, N=512, fp32.
@@ -227,13 +230,14 @@ def gpt2_rows(threads: int, quick: bool, seq: int, new_tokens: int) -> tuple[lis
     flops = model_matmul_flops(graph, 1, seq)
     ort_gflops = flops / t["ort"] / 1e9
     contrib_gflops = flops / t["ort_contrib"] / 1e9
-    # the floor's bandwidth: the best call of either reader (the strictest floor; medians would flatter it)
-    readers = {"ORT one-row MatMul": stream_bytes / min(raw["stream"])}
-    readers["torch sum()"] = 4 * big.numel() / min(raw["read"])
-    bandwidth = max(readers.values())
+    # the floor's bandwidth, like for like: each reader's median call (the target's) and its best call
+    names = {"stream": ("ORT one-row MatMul", stream_bytes), "read": ("torch sum()", 4 * big.numel())}
+    readers = {label: n / t[k] for k, (label, n) in names.items()}
+    best_readers = {label: n / min(raw[k]) for k, (label, n) in names.items()}
     # a decode step reads every weight once (the tied embedding as lm_head), the position table one row
     weight_bytes = 4 * (graph.num_params() - spec.context * spec.d_model)
-    floor = bandwidth / weight_bytes  # tokens/s
+    floor = max(readers.values()) / weight_bytes  # tokens/s
+    best_floor = max(best_readers.values()) / weight_bytes
 
     pids = ids[:, :prompt]
     pfeed = {"input_ids": pids.numpy(), "attention_mask": np.ones((1, prompt), np.int64)}
@@ -251,6 +255,7 @@ def gpt2_rows(threads: int, quick: bool, seq: int, new_tokens: int) -> tuple[lis
     same = int((hf_ids[0] == out_ids[0]).sum())
     csame = int((hf_ids[0] == cout_ids[0]).sum())
     ort_tok, contrib_tok = new_tokens / g["ort"], new_tokens / g["ort_contrib"]
+    best_tok, best_contrib = new_tokens / min(graw["ort"]), new_tokens / min(graw["ort_contrib"])
     rows = [
         (f"forward B=1 N={seq} fp32: ORT CPU EP (median, min–max ms)",
          f"{t['ort'] * 1e3:.1f} ms ({spread(raw['ort'])})",
@@ -275,10 +280,16 @@ def gpt2_rows(threads: int, quick: bool, seq: int, new_tokens: int) -> tuple[lis
         ("greedy generation: specc torch backend (KV cache)", f"{new_tokens / g['ours']:.1f} tok/s",
          f"{g['hf'] / g['ours']:.2f}× HF"),
         ("greedy generation: HF generate (KV cache)", f"{new_tokens / g['hf']:.1f} tok/s", "1.00× HF"),
-        (f"memory-bandwidth floor: {bandwidth / 1e9:.1f} GB/s (best call of: "
+        (f"memory-bandwidth floor: {floor * weight_bytes / 1e9:.1f} GB/s (median call of: "
          + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in readers.items())
          + f" GB/s over 256 MiB) / {weight_bytes / 2**20:.0f} MiB of weights per token", f"{floor:.1f} tok/s",
-         f"ORT generation at {100 * ort_tok / floor:.0f}% of it (contrib {100 * contrib_tok / floor:.0f}%)"),
+         f"median ORT generation at {100 * ort_tok / floor:.0f}% of it (contrib {100 * contrib_tok / floor:.0f}%)"),
+        (f"best calls: {best_floor * weight_bytes / 1e9:.1f} GB/s (best call of: "
+         + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in best_readers.items())
+         + f" GB/s) / {weight_bytes / 2**20:.0f} MiB; best generation {best_tok:.1f} tok/s (contrib "
+         f"{best_contrib:.1f})", f"{best_floor:.1f} tok/s",
+         f"best ORT generation at {100 * best_tok / best_floor:.0f}% of it "
+         f"(contrib {100 * best_contrib / best_floor:.0f}%)"),
         (f"export GPT-2 {'(2 blocks)' if quick else 'small'} fp32 incl. full checker", f"{export_s:.1f} s", ""),
         ("max |ORT − HF| logits (same weights): standard / contrib", f"{diff:.2e} / {cdiff:.2e}",
          f"greedy ids equal: {same}/{new_tokens} / {csame}/{new_tokens}"),
