@@ -1,0 +1,44 @@
+"""The benches' bookkeeping: bench_onnx.py's bandwidth floor is like for like (median reader call against the
+median generation, best against best); bench/ort_gemv.py's variant names and huge-page spans."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from bench_onnx import reader_bandwidths
+from ort_gemv import parse_variant
+from ort_hugepages import HUGE, new_spans
+
+
+def test_floor_uses_each_readers_median_and_best_separately() -> None:
+    # reader a: one lucky call (best 1 s) but typically slow (median 4 s); reader b: steady 2 s
+    raw = {"a": [4.0, 1.0, 4.0, 5.0, 4.0], "b": [2.0, 2.0, 2.5, 2.0, 3.0]}
+    medians, bests = reader_bandwidths(raw, {"a": ("A", 8), "b": ("B", 8)})
+    assert medians == {"A": 2.0, "B": 4.0}  # the floor takes B's median: 4 bytes/s, not A's best 8
+    assert bests == {"A": 8.0, "B": 4.0}
+    assert max(medians.values()) == 4.0 and max(bests.values()) == 8.0
+
+
+def test_ort_gemv_variant_names() -> None:
+    assert parse_variant("mm") == ("mm", {}, None, set())
+    form, config, threads, flags = parse_variant("kvc_nospin_dbb8_t1_thp")
+    assert form == "kvc" and threads == 1 and flags == {"thp"}
+    assert config == {"session.intra_op.allow_spinning": "0", "session.dynamic_block_base": "8"}
+    assert parse_variant("gemm_tB_noprepack")[:2] == ("gemm_tB", {"session.disable_prepacking": "1"})
+    with pytest.raises(ValueError):
+        parse_variant("mm_fast")
+    with pytest.raises(ValueError):
+        parse_variant("matmul")
+
+
+def test_new_spans_are_the_uncovered_whole_huge_pages() -> None:
+    before = [(0, 3 * HUGE)]
+    after = [(0, 8 * HUGE + 5), (20 * HUGE + 1, 22 * HUGE)]
+    # the grown mapping's new part [3H, 8H] and the new one cut to whole pages [21H, 22H]
+    assert new_spans(before, after) == [(3 * HUGE, 8 * HUGE), (21 * HUGE, 22 * HUGE)]
+    assert new_spans(after, after) == []
