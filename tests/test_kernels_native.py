@@ -63,6 +63,25 @@ def test_equals_f_linear(rows: int, n_in: int, n_out: int, threads: int) -> None
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 5])
+@pytest.mark.parametrize(("n_in", "n_out"), [(17, 65), (768, 130)])
+def test_bf16_weights(rows: int, n_in: int, n_out: int) -> None:
+    _need_native()
+    g = torch.Generator().manual_seed(rows + n_in)
+    x, w = torch.randn(rows, n_in, generator=g).bfloat16(), torch.randn(n_out, n_in, generator=g).bfloat16()
+    b = torch.randn(n_out, generator=g).bfloat16()
+    for bias in (b, None):
+        y = kernels_native.native_linear(x, w, bias)
+        exact = F.linear(x.double(), w.double(), None if bias is None else bias.double())
+        assert y.dtype == torch.bfloat16 and y.shape == exact.shape
+        # one rounding to bf16 of an fp32 sum: within a bf16 ulp of the exact result
+        torch.testing.assert_close(y.double(), exact, rtol=2**-7, atol=1e-3 * n_in**0.5)
+    with torch.no_grad():
+        assert kernels.linear(x, w, b).dtype == torch.bfloat16
+    (choice,) = kernels.choices().values()
+    assert "native" in choice.seconds, "bf16 GEMVs time it too"
+
+
 def test_shapes_and_strides() -> None:
     _need_native()
     g = torch.Generator().manual_seed(0)
@@ -136,5 +155,5 @@ def test_missing_native_leaves_the_others(
         torch.testing.assert_close(kernels.linear(x, w, b), F.linear(x, w, b))
     (choice,) = kernels.choices().values()
     assert "native" not in choice.seconds and choice.kernel != "native"
-    with pytest.raises(RuntimeError, match="fp32-only and must be available"):
+    with pytest.raises(RuntimeError, match="fp32/bf16-only and must be available"):
         kernels_native.native_linear(x, w, b)

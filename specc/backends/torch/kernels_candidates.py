@@ -3,7 +3,7 @@
 Each candidate computes ``F.linear(x, w, b)``: ``torch`` is F.linear itself (MKL or whatever this build
 uses), ``onednn`` is ``torch.ops.mkldnn._linear_pointwise`` (a private op: used only where a probe shows it
 exists and agrees with F.linear), ``split`` is a batched matmul over row blocks of the weight (a GEMV of a few
-rows then streams the weight on every core instead of one), ``native`` is specc's own fp32 GEMV
+rows then streams the weight on every core instead of one), ``native`` is specc's own fp32 / bf16-weight GEMV
 (kernels_native: compiled at first use, used only where it builds and agrees).
 """
 

@@ -61,7 +61,7 @@ def applicable(x: Tensor, w: Tensor) -> list[str]:
     gemv = x.numel() <= FEW_ROWS * x.shape[-1]
     if gemv and k > 1 and w.shape[0] >= 8 * k and w.is_contiguous():
         names.append("split")
-    if gemv and x.dtype == torch.float32 and w.is_contiguous() and kernels_native.available():
+    if gemv and w.is_contiguous() and kernels_native.supports(x.dtype):
         names.append("native")
     return names
 

@@ -1,6 +1,7 @@
 """specc's native GEMV (kernels_native.cpp): compiled at first use with this machine's C++ compiler, loaded by ctypes.
 
-Decoding is a chain of one-row linears that stream each weight once; on some CPUs every torch kernel reads those
+fp32 and bf16 weights (bf16 is widened as it is read; x, the bias and the sums are fp32). Decoding is a chain
+of one-row linears that stream each weight once; on some CPUs every torch kernel reads those
 weights well below the memory's speed (measured: 7–13 GB/s where ``sum()`` reads 14–18). The native kernel is one
 more candidate for ``kernels_measure`` to time: it is chosen only where it measures fastest, and where it cannot be
 built (no compiler, no OpenMP runtime in torch, not Linux, ``SPECC_NATIVE=0``) the other candidates are used as
@@ -31,10 +32,10 @@ from torch import Tensor
 ENV = "SPECC_NATIVE"  # "0": never build or load the native kernel
 SOURCE = Path(__file__).with_name("kernels_native.cpp")
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17"]
-VERSION = 1  # specc_gemv_version() of a library this loader accepts
+VERSION = 2  # specc_gemv_version() of a library this loader accepts
 _TIMEOUT_S = 120
 
-_state: dict[str, object] = {}  # "fn": the loaded entry point, or "why": the reason there is none
+_state: dict[str, object] = {}  # "fn": the entry points by weight dtype, or "why": the reason there are none
 
 
 def status() -> str:
@@ -48,18 +49,27 @@ def available() -> bool:
     return _entry() is not None
 
 
+def supports(dtype: torch.dtype) -> bool:
+    """Whether the native kernel is available for weights (and inputs) of ``dtype``."""
+    fns = _entry()
+    return fns is not None and dtype in fns
+
+
 def native_linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-    """``F.linear(x, w, b)`` for fp32 CPU tensors by the native GEMV (any number of rows; it is timed only on a few)."""
-    fn = _entry()
-    if fn is None or x.dtype != torch.float32 or w.dtype != torch.float32:
-        raise RuntimeError("specc's native GEMV is fp32-only and must be available")
+    """``F.linear(x, w, b)`` for CPU tensors by the native GEMV (any number of rows; it is timed only on a few):
+    fp32, or bf16 (the weight read as bf16, everything else in fp32, the result rounded to bf16 once)."""
+    fns = _entry()
+    fn = fns.get(w.dtype) if fns is not None else None
+    if fn is None or x.dtype != w.dtype:
+        raise RuntimeError("specc's native GEMV is fp32/bf16-only and must be available")
     n_out, n_in = w.shape
-    rows = x.reshape(-1, n_in).contiguous()
+    rows = x.reshape(-1, n_in).float().contiguous()
     w = w.contiguous()
-    y = torch.empty(rows.shape[0], n_out, dtype=x.dtype)
-    bias = b.contiguous().data_ptr() if b is not None else None
+    y = torch.empty(rows.shape[0], n_out)
+    b = b.float().contiguous() if b is not None else None  # held: the kernel reads it through a raw pointer
+    bias = b.data_ptr() if b is not None else None
     fn(rows.data_ptr(), w.data_ptr(), bias, y.data_ptr(), rows.shape[0], n_in, n_out, torch.get_num_threads())
-    return y.view(*x.shape[:-1], n_out)
+    return y.view(*x.shape[:-1], n_out).to(x.dtype)
 
 
 def reset() -> None:
@@ -172,7 +182,7 @@ def _load(path: Path):
     try:
         lib = ctypes.CDLL(str(path))
         version = lib.specc_gemv_version
-        fn = lib.specc_gemv_f32
+        fns = {torch.float32: lib.specc_gemv_f32, torch.bfloat16: lib.specc_gemv_bf16}
     except (OSError, AttributeError) as e:  # unreadable or foreign: build afresh next time
         path.unlink(missing_ok=True)
         raise _Unloadable(f"cannot load {path}: {e}") from e
@@ -180,6 +190,7 @@ def _load(path: Path):
     if version() != VERSION:
         path.unlink(missing_ok=True)
         raise _Unloadable(f"{path} is version {version()}, not {VERSION}")
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
-    fn.restype = None
-    return fn
+    for f in fns.values():
+        f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+        f.restype = None
+    return fns
