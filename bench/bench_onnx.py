@@ -175,20 +175,11 @@ def model_matmul_flops(graph, batch: int, seq: int) -> float:
     return total
 
 
-def reader_bandwidths(
-    raw: dict[str, list[float]], names: dict[str, tuple[str, int]]
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Bytes/s of each reader (key in ``raw`` → (label, bytes read per call)): of its median call, which the
-    floor uses (like for like with the median generation), and of its best call."""
-    medians = {label: n / statistics.median(raw[k]) for k, (label, n) in names.items()}
-    bests = {label: n / min(raw[k]) for k, (label, n) in names.items()}
-    return medians, bests
-
-
 Row = tuple[str, str, str]
 
 
 def gpt2_rows(threads: int, quick: bool, seq: int, new_tokens: int) -> tuple[list[Row], str]:
+    import decode_costs
     import torch
     from twins import gpt2_twins
 
@@ -241,7 +232,7 @@ def gpt2_rows(threads: int, quick: bool, seq: int, new_tokens: int) -> tuple[lis
     ort_gflops = flops / t["ort"] / 1e9
     contrib_gflops = flops / t["ort_contrib"] / 1e9
     names = {"stream": ("ORT one-row MatMul", stream_bytes), "read": ("torch sum()", 4 * big.numel())}
-    readers, best_readers = reader_bandwidths(raw, names)
+    readers, best_readers = decode_costs.reader_bandwidths(raw, names)
     # a decode step reads every weight once (the tied embedding as lm_head), the position table one row
     weight_bytes = 4 * (graph.num_params() - spec.context * spec.d_model)
     floor = max(readers.values()) / weight_bytes  # tokens/s

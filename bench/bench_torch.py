@@ -181,8 +181,9 @@ def bandwidth(mib: int, reps: int) -> dict[str, tuple[float, float]]:
         del contenders["GEMV row-split"]
     with torch.inference_mode():
         times = round_robin(contenders, reps)
-    size = {name: big.numel() * 4 if name == "sum()" else w.numel() * 4 for name in times}
-    return {name: (size[name] / statistics.median(ts) / 1e9, size[name] / min(ts) / 1e9) for name, ts in times.items()}
+    names = {name: (name, (big if name == "sum()" else w).numel() * 4 / 1e9) for name in times}
+    medians, bests = decode_costs.reader_bandwidths(times, names)
+    return {name: (medians[name], bests[name]) for name in times}
 
 
 def native_gemv() -> Callable[..., torch.Tensor] | None:

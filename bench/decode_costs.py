@@ -9,7 +9,9 @@ it is measured on exactly those tensors, in that order:
 - ``weight_gemvs``: seconds of the model's own linear kernels (those ``build_torch`` chose, one row) over
   every weight it decodes with, in order, and nothing else — the weight-streaming part of a step;
 - ``step_seconds``: seconds of one KV-cached decoding step at a given cache length — the difference to
-  ``weight_gemvs`` is everything else (attention over the cache, norms, cache writes, Python).
+  ``weight_gemvs`` is everything else (attention over the cache, norms, cache writes, Python);
+- ``reader_bandwidths``: the readers' rates both benches hold decoding against, like for like (median call
+  for the median generation, best call for the best).
 
 All timings are the best and the median of ``reps`` calls, each after ``idle`` seconds of idle.
 """
@@ -36,6 +38,16 @@ def _times(fn: Callable[[], object], reps: int, idle: float) -> list[float]:
 
 def summary(times: list[float]) -> dict[str, float]:
     return {"best_s": min(times), "median_s": statistics.median(times)}
+
+
+def reader_bandwidths(
+    raw: dict[str, list[float]], names: dict[str, tuple[str, float]]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Amount/s of each reader (key in ``raw``, its call times → (label, amount read per call)): of its median
+    call, which the floor uses (like for like with the median generation), and of its best call."""
+    medians = {label: n / statistics.median(raw[k]) for k, (label, n) in names.items()}
+    bests = {label: n / min(raw[k]) for k, (label, n) in names.items()}
+    return medians, bests
 
 
 def weight_bytes(model: torch.nn.Module) -> int:

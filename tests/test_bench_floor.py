@@ -1,5 +1,5 @@
-"""The benches' bookkeeping: bench_onnx.py's bandwidth floor is like for like (median reader call against the
-median generation, best against best); bench/ort_gemv.py's variant names and huge-page spans."""
+"""The benches' bookkeeping: the bandwidth floor of both benches (decode_costs) is like for like (median reader
+call against the median generation, best against best); bench/ort_gemv.py's variant names and huge-page spans."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from bench_onnx import reader_bandwidths
+from decode_costs import reader_bandwidths
 from ort_gemv import parse_variant
 from ort_hugepages import HUGE, new_spans
 

@@ -35,13 +35,12 @@ FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17"]
 VERSION = 2  # specc_gemv_version() of a library this loader accepts
 _TIMEOUT_S = 120
 
-_state: dict[str, object] = {}  # "fn": the entry points by weight dtype, or "why": the reason there are none
+_state: dict[str, object] = {}  # "fns": the entry points by weight dtype (None: see "why"), "path": the library
 
 
 def status() -> str:
     """``"ready: PATH"`` once the kernel is loaded, else why it is not (tries to build it first)."""
-    fn = _entry()
-    return f"ready: {_state['path']}" if fn is not None else f"unavailable: {_state['why']}"
+    return f"ready: {_state['path']}" if _entry() is not None else f"unavailable: {_state['why']}"
 
 
 def available() -> bool:
@@ -80,10 +79,11 @@ def reset() -> None:
 # ================================================================================================== building
 
 
-def _entry():
-    if "fn" in _state:
-        return _state["fn"]
-    fn, why, path = None, "", None
+def _entry() -> dict[torch.dtype, ctypes._CFuncPtr] | None:
+    """The loaded entry points by weight dtype, building the library at the first call; None where it can't be."""
+    if "fns" in _state:
+        return _state["fns"]
+    fns, why, path = None, "", None
     if os.environ.get(ENV) == "0":
         why = f"{ENV}=0"
     elif not sys.platform.startswith("linux"):
@@ -96,19 +96,18 @@ def _entry():
             try:
                 path = _build(omp)
                 try:
-                    fn = _load(path)
+                    fns = _load(path)
                 except _Unloadable:  # a damaged cached file (removed by _load): build it once more
                     path = _build(omp)
-                    fn = _load(path)
+                    fns = _load(path)
             except (OSError, subprocess.SubprocessError, RuntimeError) as e:
                 why = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
-    _state.update(fn=fn, why=why, path=path)
-    return fn
+    _state.update(fns=fns, why=why, path=path)
+    return fns
 
 
 def _torch_openmp() -> str | None:
     """The OpenMP runtime library torch's own CPU kernels run on, as this process has mapped it."""
-    torch.get_num_threads()  # torch's runtime is loaded with torch itself; this is only to be sure
     try:
         with open("/proc/self/maps") as f:
             paths = {line.split()[-1] for line in f if "/" in line}
@@ -178,7 +177,7 @@ class _Unloadable(RuntimeError):
     pass
 
 
-def _load(path: Path):
+def _load(path: Path) -> dict[torch.dtype, ctypes._CFuncPtr]:
     try:
         lib = ctypes.CDLL(str(path))
         version = lib.specc_gemv_version
