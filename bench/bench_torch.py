@@ -214,6 +214,41 @@ def linear_routing(model: torch.nn.Module) -> str:
     return f"{fast} of {len(linears)} nn.Linear layers use specc's measured kernels"
 
 
+def decode_step_row(ours: torch.nn.Module, vocab: int, length: int, reps: int, nbytes: int) -> tuple[str, ...]:
+    """One decoding step as generate takes it (the native step where it measured faster), the eager step, and
+    the model's one-row linear calls alone."""
+    try:
+        from specc.backends.torch import decode_native
+    except ImportError:  # a checkout without it
+        decode_native = None
+    native = decode_native.stepper(ours) if decode_native is not None else None
+    step = decode_costs.step_seconds(ours, vocab, length, reps, IDLE)
+    chosen = native.choice if native is not None else "eager"
+    if native is None and decode_native is not None:
+        chosen += f" ({decode_native.why_not(ours)})"
+    eager = step
+    if native is not None and native.choice == "native":
+        native.choice = "eager"  # the same steps eagerly, for the comparison
+        try:
+            eager = decode_costs.step_seconds(ours, vocab, length, reps, IDLE)
+        finally:
+            native.choice = "native"
+    gemvs = decode_costs.weight_gemvs(ours, reps, IDLE)
+    rest = step["median_s"] - gemvs["median_s"]
+    measured = ", ".join(f"{k[:-2]} {v * 1e3:.1f} ms" for k, v in (native.timings if native else {}).items())
+    return (
+        f"one decode step, KV cache at {length} tokens: median (best)",
+        f"{step['median_s'] * 1e3:.1f} ms ({step['best_s'] * 1e3:.1f}), {chosen} step"
+        + (f" (chosen at the first step: {measured})" if measured else ""),
+        f"eager step {eager['median_s'] * 1e3:.1f} ms ({eager['best_s'] * 1e3:.1f}); its linear layers alone, "
+        f"called one by one: {gemvs['median_s'] * 1e3:.1f} ms ({gemvs['best_s'] * 1e3:.1f}) = "
+        f"{nbytes / gemvs['median_s'] / 1e9:.1f} GB/s",
+        f"{step['median_s'] / eager['median_s'] * 100:.0f}% of the eager step; beyond the linears alone: "
+        f"{rest * 1e3:+.1f} ms = {rest / step['median_s'] * 100:+.0f}% of the step",
+        "",
+    )
+
+
 def forward(ours: torch.nn.Module, hf: torch.nn.Module, vocab: int, n: int, reps: int) -> dict[str, float]:
     ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
@@ -368,21 +403,7 @@ def main() -> None:
     c = compiled_generation(ours, hf, ids, new, 1 if quick else 3, IDLE)
     rows.append(compiled_row(c, prompt, new, floor, nbytes, read_bw))
     progress("decode step")
-    length = prompt + new // 2
-    step = decode_costs.step_seconds(ours, spec.vocab_size, length, reps * 3, IDLE)
-    gemvs = decode_costs.weight_gemvs(ours, reps * 3, IDLE)
-    rest = step["median_s"] - gemvs["median_s"]
-    rows.append(
-        (
-            f"one decode step, KV cache at {length} tokens: median (best)",
-            f"{step['median_s'] * 1e3:.1f} ms ({step['best_s'] * 1e3:.1f})",
-            f"its linear layers alone: {gemvs['median_s'] * 1e3:.1f} ms ({gemvs['best_s'] * 1e3:.1f}) = "
-            f"{nbytes / gemvs['median_s'] / 1e9:.1f} GB/s",
-            f"the rest (attention, norms, cache, Python): {rest * 1e3:.1f} ms = "
-            f"{rest / step['median_s'] * 100:.0f}% of the step",
-            "",
-        )
-    )
+    rows.append(decode_step_row(ours, spec.vocab_size, prompt + new // 2, reps * 3, nbytes))
     del ours, hf
 
     progress("attention memory")

@@ -48,7 +48,7 @@ def test_it_builds_where_a_compiler_is() -> None:
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 13])
-@pytest.mark.parametrize(("n_in", "n_out"), [(1, 1), (15, 7), (16, 64), (17, 65), (100, 3)])
+@pytest.mark.parametrize(("n_in", "n_out"), [(1, 1), (15, 7), (16, 64), (17, 65), (100, 3), (64, 1027)])
 def test_equals_f_linear(rows: int, n_in: int, n_out: int, threads: int) -> None:
     _need_native()
     g = torch.Generator().manual_seed(rows * 1000 + n_in)

@@ -30,12 +30,14 @@ import torch
 from torch import Tensor
 
 ENV = "SPECC_NATIVE"  # "0": never build or load the native kernel
-SOURCE = Path(__file__).with_name("kernels_native.cpp")
+HERE = Path(__file__).parent
+SOURCES = (HERE / "kernels_native.cpp", HERE / "decode_native.cpp")  # one library: the GEMV and the decode step
+HEADERS = (HERE / "native_gemv.h",)
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17"]
-VERSION = 2  # specc_gemv_version() of a library this loader accepts
+VERSION = 3  # specc_gemv_version() of a library this loader accepts
 _TIMEOUT_S = 120
 
-_state: dict[str, object] = {}  # "fns": the entry points by weight dtype (None: see "why"), "path": the library
+_state: dict[str, object] = {}  # "fns": the GEMV entry points by weight dtype (None: see "why"), "lib", "path"
 
 
 def status() -> str:
@@ -71,6 +73,11 @@ def native_linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     return y.view(*x.shape[:-1], n_out).to(x.dtype)
 
 
+def library() -> ctypes.CDLL | None:
+    """The loaded native library (building it at the first call), for the other entry points it holds."""
+    return _state.get("lib") if _entry() is not None else None
+
+
 def reset() -> None:
     """Forget the loaded library's handle (the next call loads it again from the cache, or builds it)."""
     _state.clear()
@@ -83,7 +90,7 @@ def _entry() -> dict[torch.dtype, ctypes._CFuncPtr] | None:
     """The loaded entry points by weight dtype, building the library at the first call; None where it can't be."""
     if "fns" in _state:
         return _state["fns"]
-    fns, why, path = None, "", None
+    fns, why, path, lib = None, "", None, None
     if os.environ.get(ENV) == "0":
         why = f"{ENV}=0"
     elif not sys.platform.startswith("linux"):
@@ -96,13 +103,13 @@ def _entry() -> dict[torch.dtype, ctypes._CFuncPtr] | None:
             try:
                 path = _build(omp)
                 try:
-                    fns = _load(path)
+                    lib, fns = _load(path)
                 except _Unloadable:  # a damaged cached file (removed by _load): build it once more
                     path = _build(omp)
-                    fns = _load(path)
+                    lib, fns = _load(path)
             except (OSError, subprocess.SubprocessError, RuntimeError) as e:
                 why = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
-    _state.update(fns=fns, why=why, path=path)
+    _state.update(fns=fns, why=why, path=path, lib=lib)
     return fns
 
 
@@ -148,7 +155,8 @@ def target(omp: str) -> tuple[Path, list[str]]:
         version = subprocess.run([*cxx, "--version"], capture_output=True, text=True, timeout=30, check=True)
     except FileNotFoundError as e:
         raise RuntimeError(f"no C++ compiler ({' '.join(cxx)}: not found)") from e
-    parts = (SOURCE.read_bytes(), version.stdout, " ".join(FLAGS), _cpu_flags(), omp, platform.machine())
+    code = b"\0".join(p.read_bytes() for p in (*SOURCES, *HEADERS))
+    parts = (code, version.stdout, " ".join(FLAGS), _cpu_flags(), omp, platform.machine())
     key = hashlib.sha256(b"\0".join(p.encode() if isinstance(p, str) else p for p in parts)).hexdigest()[:16]
     return _cache_dir() / f"gemv-{key}.so", cxx
 
@@ -162,7 +170,7 @@ def _build(omp: str) -> Path:
     os.close(fd)
     try:
         # compiled with -fopenmp, linked to torch's runtime by path (its soname, already loaded, is reused)
-        cmd = [*cxx, *FLAGS, str(SOURCE), "-o", tmp, omp, f"-Wl,-rpath,{Path(omp).parent}"]
+        cmd = [*cxx, *FLAGS, *map(str, SOURCES), "-o", tmp, omp, f"-Wl,-rpath,{Path(omp).parent}"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cxx)} failed: {(done.stderr or done.stdout).strip()}")
@@ -177,7 +185,7 @@ class _Unloadable(RuntimeError):
     pass
 
 
-def _load(path: Path) -> dict[torch.dtype, ctypes._CFuncPtr]:
+def _load(path: Path) -> tuple[ctypes.CDLL, dict[torch.dtype, ctypes._CFuncPtr]]:
     try:
         lib = ctypes.CDLL(str(path))
         version = lib.specc_gemv_version
@@ -192,4 +200,4 @@ def _load(path: Path) -> dict[torch.dtype, ctypes._CFuncPtr]:
     for f in fns.values():
         f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
         f.restype = None
-    return fns
+    return lib, fns

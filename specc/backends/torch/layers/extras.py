@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import decode_native
 from .attention import AttentionCore, math_attention
 from .compiled import StaticCache, decoder_of
 from .generation import GenerationError
@@ -96,6 +97,9 @@ class SpeccModel(Model):
     def step(self, cache: KVCache, tokens: Tensor, **growing: Tensor | None) -> Tensor:
         if isinstance(cache, StaticCache) and tokens.shape[1] == 1 and cache.length:  # prefill: eager
             return self.__dict__["_compiled_decoder"].step(cache, tokens, growing.get("attention_mask"))
+        native = decode_native.stepper(self) if cache.length else None  # one-token steps after a prefill
+        if native is not None and native.usable(self, cache, tokens, growing.get("attention_mask")):
+            return native.step(cache, tokens, lambda: super(SpeccModel, self).step(cache, tokens, **growing))
         return super().step(cache, tokens, **growing)
 
     def aux_loss(self) -> Tensor | None:

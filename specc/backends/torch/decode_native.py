@@ -1,0 +1,385 @@
+"""specc's native decoding step (decode_native.cpp): a decoder's layer graph lowered to a program of native ops
+that runs one token in one call, for fp32 models at batch 1.
+
+``stepper(model)`` plans the program once per model from its layer graph (``model.graph``) and its own tensors
+(weights, and the KV cache tensors of each call); the program holds raw pointers to them, so it is re-planned
+when a parameter's storage moves. A step runs natively only where it computes what the eager step computes:
+a one-token step of one sequence with no padding, in eval mode without autograd, no hooks on any module, no
+torch function or dispatch mode (FLOP counters, tracing), no attention maps being recorded, a plain KVCache the
+prefill filled. Anything else steps eagerly, and ``stepper`` returns None for graphs with an op kind, an
+attribute or a dtype the program has no op for (``why_not(model)`` says which).
+
+Like every kernel choice here it is measured: the first native-capable step of a model times both steps
+(rewinding the cache between them) and keeps the faster one for that model (``choice`` / ``timings``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+import weakref
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from . import kernels_native
+from .kernels_modules import FastForward
+from .layers.attention import SelfAttention, SoftcapAttention, WindowedAttention
+from .layers.norms import OffsetRMSNorm, SliceRMSNorm
+from .layers.rope import by_length
+from .layers.state import KVCache
+
+# decode_native.cpp's Code, in order
+CODES = ("embed", "position", "layernorm", "rmsnorm", "slice_rmsnorm", "linear", "attention", "add", "act", "glu",
+         "scale", "softcap")  # fmt: skip
+FNS = {"relu": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "tanh": 4}
+CORES = (SelfAttention, WindowedAttention, SoftcapAttention)  # exact types: subclasses may attend differently
+MAX_HEAD_DIM = 1024  # decode_native.cpp's per-head scratch
+_REPS = 3  # timed steps of each kind at the first native-capable step
+
+
+class _Op(ctypes.Structure):  # decode_native.cpp's Op, field for field
+    _fields_ = [
+        ("code", ctypes.c_int32), ("fn", ctypes.c_int32), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+        ("in0", ctypes.c_int64), ("in1", ctypes.c_int64), ("out", ctypes.c_int64),
+        ("w", ctypes.c_void_p), ("b", ctypes.c_void_p), ("eps", ctypes.c_float), ("scale", ctypes.c_float),
+        ("heads", ctypes.c_int32), ("kv_heads", ctypes.c_int32), ("head_dim", ctypes.c_int32),
+        ("rope_dims", ctypes.c_int32), ("window", ctypes.c_int64), ("chunk", ctypes.c_int64),
+        ("kc", ctypes.c_void_p), ("vc", ctypes.c_void_p), ("rope", ctypes.c_void_p), ("softcap", ctypes.c_float),
+        ("start", ctypes.c_int64), ("span", ctypes.c_int64), ("group", ctypes.c_int64),
+    ]  # fmt: skip
+
+
+class Unsupported(Exception):
+    """The graph has something the native program cannot compute exactly as the eager step does."""
+
+
+class Program:
+    """A model's graph as native ops, the tensors they point into, and the per-cache parts (KV, RoPE tables)."""
+
+    def __init__(self, model: nn.Module):
+        self.keep, self.ops = [], []  # the model itself is not held: the plan is kept in a weak table by model
+        self.cores: list[tuple[int, nn.Module]] = []  # (op index, attention core): the cache each step reads
+        self.slots: dict[str, int] = {}  # value name → arena offset (floats)
+        self.size, self.vocab, self.positions = 0, 0, 1 << 62  # token ids and positions the tables cover
+        graph, self.tree = model.graph, tree(model)
+        if set(graph.inputs) - {"input_ids", "attention_mask"} or list(graph.outputs) != ["logits"]:
+            raise Unsupported(f"inputs {sorted(graph.inputs)} and outputs {sorted(graph.outputs)}")
+        foreign = _foreign(model)
+        if foreign:
+            raise Unsupported(foreign)
+        result = graph.outputs["logits"]
+        for op in graph.ops():
+            self._lower(model, op, result == op.name)
+        self.width = int(graph.op(result).shape[-1])
+        self.arena = torch.zeros(max(self.size, 1))
+        self.table = (_Op * len(self.ops))(*self.ops)
+        self.ptrs = self._pointers()
+        self.cache: tuple[Any, ...] | None = None  # the KV tensors the table points at now
+
+    # ---------------------------------------------------------------------------------------- lowering
+
+    def _tensor(self, t: Tensor | None, shape: tuple[int, ...] | None = None) -> int | None:
+        if t is None:
+            return None
+        if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous():
+            raise Unsupported(f"a {t.dtype} {t.device.type} tensor (fp32 CPU contiguous only)")
+        if shape is not None and tuple(t.shape) != shape:
+            raise Unsupported(f"a tensor of shape {tuple(t.shape)}, not {shape}")
+        self.keep.append(t)
+        return t.data_ptr()
+
+    def _slot(self, name: str, width: int) -> int:
+        self.slots[name] = self.size
+        self.size += width
+        return self.slots[name]
+
+    def _emit(self, code: str, name: str, width: int, inputs: tuple[str, ...], last: bool, **fields: Any) -> None:
+        ins = [self.slots[i] for i in inputs if i in self.slots]
+        op = _Op(code=CODES.index(code), n=width, in0=ins[0] if ins else -1, in1=ins[1] if len(ins) > 1 else -1)
+        for key, value in fields.items():
+            setattr(op, key, value)
+        op.out = -1 if last else self._slot(name, width)
+        self.ops.append(op)
+
+    def _lower(self, m: nn.Module, op: Any, last: bool) -> None:
+        a, kind = op.attrs, op.kind
+        width = op.shape[-1]
+        if not isinstance(width, int):
+            raise Unsupported(f"{op.name}: a symbolic width")
+        if kind == "dropout":  # identity in eval: the same slot
+            self.slots[op.name] = self.slots[op.inputs[0]]
+            return
+        if kind == "embedding":
+            if op.inputs != ("input_ids",):
+                raise Unsupported(f"{op.name}: embeds {op.inputs}")
+            table = m.get_parameter(a.get("tied_to") or f"{op.name}.weight")
+            w = self._tensor(table.detach(), (a["vocab"], width))
+            self.vocab = a["vocab"]
+            self._emit("embed", op.name, width, (), last, w=w, scale=float(a.get("scale", 1.0)))
+        elif kind == "learned_pos":
+            w = self._tensor(m.get_parameter(f"{op.name}.weight").detach(), (a["positions"], width))
+            self.positions = min(self.positions, a["positions"])
+            self._emit("position", op.name, width, op.inputs, last, w=w, k=a["positions"])
+        elif kind in ("layernorm", "rmsnorm", "slice_rmsnorm"):
+            self._norm(op, m.get_submodule(op.name), width, last)
+        elif kind == "linear":
+            module = m.get_submodule(op.name)
+            weight = m.get_parameter(a["tied_to"]) if a.get("tied_to") else module.weight
+            n_in, n_out = a["in_features"], a["out_features"]
+            w = self._tensor(weight.detach(), (n_out, n_in))
+            b = self._tensor(module.bias.detach() if module.bias is not None else None, (n_out,))
+            self._emit("linear", op.name, width, op.inputs, last, w=w, b=b, k=n_in)
+        elif kind == "attention":
+            self._attention(op, m.get_submodule(op.name), width, last)
+        elif kind in ("add", "activation", "glu") and (kind == "add" or a.get("fn") in FNS):
+            code = {"add": "add", "activation": "act", "glu": "glu"}[kind]
+            self._emit(code, op.name, width, op.inputs, last, fn=FNS.get(a.get("fn"), 0))
+        elif kind == "scale":
+            self._emit("scale", op.name, width, op.inputs, last, scale=float(a["factor"]))
+        elif kind == "softcap":
+            self._emit("softcap", op.name, width, op.inputs, last, scale=float(a["cap"]))
+        else:
+            raise Unsupported(f"{op.name}: op kind {kind}{' ' + a['fn'] if 'fn' in a else ''}")
+
+    def _norm(self, op: Any, module: nn.Module, width: int, last: bool) -> None:
+        if op.kind == "layernorm":
+            plain = type(module).forward is nn.LayerNorm.forward and module.normalized_shape == (width,)
+            if not isinstance(module, nn.LayerNorm) or module.weight is None or not plain:
+                raise Unsupported(f"{op.name}: {type(module).__name__}")
+            eps, offset = module.eps, 0
+        elif op.kind == "slice_rmsnorm":
+            if type(module) is not SliceRMSNorm:
+                raise Unsupported(f"{op.name}: {type(module).__name__}")
+            eps, offset, group = module.eps or 1e-6, int(module.unit_offset), module.weight.shape[0]
+            w = self._tensor(module.weight.detach(), (group,))
+            self._emit(op.kind, op.name, width, op.inputs, last, w=w, eps=float(eps), fn=offset,
+                       start=module.start, span=module.width, group=group)  # fmt: skip
+            return
+        else:
+            if not isinstance(module, nn.RMSNorm) or type(module).forward not in _RMS_FORWARDS:
+                raise Unsupported(f"{op.name}: {type(module).__name__}")
+            offset = int(isinstance(module, OffsetRMSNorm))
+            eps = (module.eps or 1e-6) if offset else module.eps
+            eps = torch.finfo(torch.float32).eps if eps is None else eps
+        w = self._tensor(module.weight.detach(), (width,))
+        b = self._tensor(module.bias.detach() if getattr(module, "bias", None) is not None else None, (width,))
+        self._emit(op.kind, op.name, width, op.inputs, last, w=w, b=b, eps=float(eps), fn=offset)
+
+    def _attention(self, op: Any, core: nn.Module, width: int, last: bool) -> None:
+        a = op.attrs
+        if type(core) not in CORES or a.get("cross") or core.mask not in ("causal", "sliding_window", "chunked"):
+            raise Unsupported(f"{op.name}: {type(core).__name__} mask={getattr(core, 'mask', None)}")
+        rope = core.rope
+        if rope is not None and (by_length(rope.scaling) or rope.dims % 2 or rope.dims > core.head_dim):
+            raise Unsupported(f"{op.name}: RoPE scaling {rope.scaling} follows the length")
+        if core.head_dim > MAX_HEAD_DIM or core.heads % core.kv_heads:
+            raise Unsupported(f"{op.name}: head_dim {core.head_dim}, {core.heads}/{core.kv_heads} heads")
+        window = (core.window or 0) if core.mask == "sliding_window" else 0
+        chunk = (core.chunk or 0) if core.mask == "chunked" else 0
+        self.cores.append((len(self.ops), core))
+        self._emit("attention", op.name, width, op.inputs[:1], last, fn=int(bool(rope and rope.interleaved)),
+                   heads=core.heads, kv_heads=core.kv_heads, head_dim=core.head_dim,
+                   rope_dims=rope.dims if rope is not None else 0, window=window, chunk=chunk,
+                   scale=float(core.scale), softcap=float(getattr(core, "softcap", None) or 0.0))  # fmt: skip
+
+    def _pointers(self) -> tuple[int, ...]:
+        return tuple(t.data_ptr() for t in self.keep)
+
+    # ---------------------------------------------------------------------------------------------- steps
+
+    def current(self, model: nn.Module) -> bool:
+        """Whether the module tree is the one planned and every tensor the program points at is still where it
+        was planned (same storage)."""
+        if tree(model) != self.tree:
+            return False
+        params = {p.data_ptr() for p in model.parameters()}
+        return self._pointers() == self.ptrs and all(p in params for p in self.ptrs)
+
+    def bind(self, cache: KVCache) -> bool:
+        """Point the attention ops at ``cache``'s tensors (and RoPE tables for its length); False where the
+        cache is not one the program can read (not filled by a prefill, another layout)."""
+        kv = [cache.kv.get(core) for _, core in self.cores]
+        key = (id(cache), cache.max_len, *(id(t) for pair in kv if pair for t in pair))
+        if self.cache is not None and self.cache[0] == key:
+            return True
+        tables: dict[Any, Tensor] = {}
+        for (i, core), pair in zip(self.cores, kv, strict=True):
+            shape = (1, core.kv_heads, cache.max_len, core.head_dim)
+            if pair is None or any(t.dtype != torch.float32 or tuple(t.shape) != shape or not t.is_contiguous()
+                                   for t in pair):  # fmt: skip
+                return False
+            op = self.table[i]
+            op.kc, op.vc, op.k = pair[0].data_ptr(), pair[1].data_ptr(), cache.max_len
+            if core.rope is not None:
+                rope = core.rope
+                if rope.key not in tables:  # this core's own tables, at every position the cache holds
+                    cos, sin = rope.tables(torch.arange(cache.max_len)[None], torch.float32)
+                    tables[rope.key] = torch.cat((cos, sin), -1).reshape(cache.max_len, rope.dims).contiguous()
+                op.rope = tables[rope.key].data_ptr()
+        scores = torch.empty(max([core.heads for _, core in self.cores] or [1]) * cache.max_len)
+        self.cache = (key, kv, tables, scores)
+        return True
+
+    def run(self, cache: KVCache, token: int) -> Tensor:
+        """Logits [1, 1, V] of ``token`` at position ``cache.length`` (written into the cache; not advanced)."""
+        logits = torch.empty(1, 1, self.width)
+        scores = self.cache[3]
+        _entry()(self.table, len(self.ops), self.arena.data_ptr(), scores.data_ptr(), logits.data_ptr(),
+                 token, cache.length, torch.get_num_threads())  # fmt: skip
+        return logits
+
+
+_RMS_FORWARDS = {nn.RMSNorm.forward, OffsetRMSNorm.forward}
+
+
+def _rms_forwards() -> None:
+    from .layers.embed import RMSNorm
+
+    _RMS_FORWARDS.add(RMSNorm.forward)
+
+
+_rms_forwards()
+
+
+class Stepper:
+    """A model's native step, with the measured choice between it and the eager step."""
+
+    def __init__(self, model: nn.Module):
+        self.program = Program(model)
+        self.choice: str | None = None  # "native" | "eager" once measured
+        self.timings: dict[str, float] = {}
+
+    def usable(self, model: nn.Module, cache: Any, tokens: Tensor, mask: Tensor | None) -> bool:
+        """Whether a native step of ``model`` computes exactly what its eager step would, for this call."""
+        if type(cache) is not KVCache or tuple(tokens.shape) != (1, 1) or tokens.device.type != "cpu":
+            return False
+        if model.training or cache.length >= min(cache.max_len, self.program.positions):
+            return False
+        if not 0 <= int(tokens[0, 0]) < self.program.vocab or (mask is not None and not bool(mask.all())):
+            return False  # out of the table: the eager step raises
+        if torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters()):
+            return False
+        if _modes_active() or _hooked(model) or any(core.kernel is not None for _, core in self.program.cores):
+            return False
+        if not self.program.current(model):
+            try:
+                self.program = Program(model)
+            except Unsupported:
+                return False
+        return self.program.bind(cache)
+
+    def step(self, cache: KVCache, tokens: Tensor, eager: Any) -> Tensor:
+        """One step, natively or by ``eager()``, as measured at the first call; the cache advanced by one."""
+        if self.choice is None:
+            self._measure(cache, tokens, eager)
+        if self.choice == "eager":
+            return eager()
+        logits = self.program.run(cache, int(tokens[0, 0]))
+        cache.length += 1
+        return logits
+
+    def _measure(self, cache: KVCache, tokens: Tensor, eager: Any) -> None:
+        token = int(tokens[0, 0])
+        runs = {"eager": eager, "native": lambda: self.program.run(cache, token)}
+        times: dict[str, list[float]] = {k: [] for k in runs}
+        for _ in range(_REPS):  # both write the same position's keys and values: each run starts from it
+            for kind, run in runs.items():
+                start, length = time.perf_counter(), cache.length
+                run()
+                times[kind].append(time.perf_counter() - start)
+                cache.length = length
+        self.timings = {f"{k}_s": min(v) for k, v in times.items()}
+        self.choice = min(runs, key=lambda k: self.timings[f"{k}_s"])
+
+
+# model → (its stepper or None, why not): outside the module, so copies, pickles and state dicts never carry
+# raw pointers, and a model's plan goes with it
+_PLANS: weakref.WeakKeyDictionary[nn.Module, tuple[Stepper | None, str]] = weakref.WeakKeyDictionary()
+
+
+def stepper(model: nn.Module) -> Stepper | None:
+    """The model's native stepper (planned at the first call), or None where it has none (``why_not``)."""
+    if model not in _PLANS:
+        made, why = None, ""
+        try:
+            if getattr(model, "graph", None) is None:
+                why = "no layer graph"
+            elif _entry() is None:
+                why = kernels_native.status()
+            else:
+                made = Stepper(model)
+        except Unsupported as e:
+            why = str(e)
+        _PLANS[model] = (made, why)
+    return _PLANS[model][0]
+
+
+def why_not(model: nn.Module) -> str:
+    """Why ``model`` has no native step ('' where it has one)."""
+    stepper(model)
+    return _PLANS[model][1]
+
+
+def forget(model: nn.Module) -> None:
+    """Drop the model's plan and measured choice (the next step plans and measures again)."""
+    _PLANS.pop(model, None)
+
+
+# torch modules the generated classes are built of (their forward is what the graph says); anything else in the
+# tree (a quantized or LoRA linear, a checkpoint wrapper, a module swapped in by hand) steps eagerly
+TORCH_MODULES = (nn.Linear, nn.LayerNorm, nn.RMSNorm, nn.Embedding, nn.ModuleList, nn.ModuleDict, nn.GELU,
+                 nn.SiLU, nn.ReLU, nn.Tanh, nn.Dropout, nn.Identity)  # fmt: skip
+LIBRARY = __name__.rsplit(".", 1)[0] + ".layers."
+
+
+def tree(model: nn.Module) -> tuple[Any, ...]:
+    """The module tree as the native program relies on it: each module's type and its instance-level forward
+    (specc's measured-kernel routing sets one that computes the same linear)."""
+    return tuple((name, type(m), type(m.__dict__.get("forward"))) for name, m in model.named_modules())
+
+
+def _foreign(model: nn.Module) -> str | None:
+    """The first module whose forward the layer graph does not describe, if any."""
+    own = type(model).__module__
+    for name, m in model.named_modules():
+        kind, forward = type(m), m.__dict__.get("forward")
+        ours = kind.__module__ == own or kind.__module__.startswith(LIBRARY) or kind in TORCH_MODULES
+        if not ours or (forward is not None and type(forward) is not FastForward):
+            return f"{name or 'the model'}: a {kind.__module__}.{kind.__name__}"
+    return None
+
+
+def _hooked(model: nn.Module) -> bool:
+    from torch.nn.modules import module as base
+
+    if base._global_forward_hooks or base._global_forward_pre_hooks:
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def _modes_active() -> bool:
+    """Whether a torch function or dispatch mode is active (FLOP counting, tracing) or torch.compile traces;
+    private torch calls, so where they are missing every step counts as inside a mode (eager)."""
+    try:
+        return (
+            torch.compiler.is_compiling()
+            or torch._C._is_torch_function_mode_enabled()
+            or torch._C._len_torch_dispatch_stack() > 0
+        )
+    except AttributeError:
+        return True
+
+
+def _entry() -> Any:
+    lib = kernels_native.library()
+    if lib is None:
+        return None
+    fn = lib.specc_decode_step
+    if fn.argtypes is None:
+        if lib.specc_decode_op_size() != ctypes.sizeof(_Op):
+            raise RuntimeError("decode_native.cpp's Op and decode_native.py's _Op differ")
+        fn.argtypes = [ctypes.POINTER(_Op), ctypes.c_int, *[ctypes.c_void_p] * 3, *[ctypes.c_int64] * 2, ctypes.c_int]
+        fn.restype = None
+    return fn
