@@ -235,3 +235,25 @@ def test_planned_models_still_copy_and_pickle() -> None:
     buf.seek(0)
     loaded = torch.load(buf, weights_only=False)
     assert torch.equal(loaded.generate(ids, 5), out)
+
+
+def test_a_hook_on_the_model_itself_steps_eagerly(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, calls = _gpt2(), []
+    model.register_forward_pre_hook(lambda *a: calls.append(1))
+    _eager_only(model, monkeypatch, ids=_ids(model, 4))
+    assert len(calls) == 6
+
+
+def test_new_storage_under_the_same_parameter_is_planned_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, runs = _gpt2(), _native_runs(monkeypatch)
+    ids = _ids(model, 5)
+    model.generate(ids, 3)
+    native = decode_native.stepper(model)
+    native.choice, first = "native", native.program  # whatever was measured: the native step is checked
+    weight = model.blocks[0].mlp.fc1.weight
+    with torch.no_grad():
+        weight.data = weight.data * 3.0  # same Parameter object, new storage
+    runs.clear()
+    out = model.generate(ids, 6)
+    assert torch.equal(out, model.generate(ids, 6, use_cache=False))
+    assert native.program is not first and len(runs) == 5

@@ -59,11 +59,12 @@ class Program:
     """A model's graph as native ops, the tensors they point into, and the per-cache parts (KV, RoPE tables)."""
 
     def __init__(self, model: nn.Module):
-        self.keep, self.ops = [], []  # the model itself is not held: the plan is kept in a weak table by model
+        self.ops: list[_Op] = []  # the model itself is not held: the plan is kept in a weak table by model
+        self.params: list[tuple[dict[str, Any], str, Tensor, int]] = []  # (owner's table, name, parameter, ptr)
         self.cores: list[tuple[int, nn.Module]] = []  # (op index, attention core): the cache each step reads
         self.slots: dict[str, int] = {}  # value name → arena offset (floats)
         self.size, self.vocab, self.positions = 0, 0, 1 << 62  # token ids and positions the tables cover
-        graph, self.tree = model.graph, tree(model)
+        graph, self.modules, self.forward = model.graph, _watched(model), type(model.__dict__.get("forward"))
         if set(graph.inputs) - {"input_ids", "attention_mask"} or list(graph.outputs) != ["logits"]:
             raise Unsupported(f"inputs {sorted(graph.inputs)} and outputs {sorted(graph.outputs)}")
         foreign = _foreign(model)
@@ -75,19 +76,23 @@ class Program:
         self.width = int(graph.op(result).shape[-1])
         self.arena = torch.zeros(max(self.size, 1))
         self.table = (_Op * len(self.ops))(*self.ops)
-        self.ptrs = self._pointers()
         self.cache: tuple[Any, ...] | None = None  # the KV tensors the table points at now
 
     # ---------------------------------------------------------------------------------------- lowering
 
-    def _tensor(self, t: Tensor | None, shape: tuple[int, ...] | None = None) -> int | None:
+    def _param(self, m: nn.Module, name: str, shape: tuple[int, ...]) -> int | None:
+        """The pointer to parameter ``name`` of ``m`` (None where the module has it as None), watched: a step
+        checks it is still that parameter with that storage."""
+        owner_name, _, local = name.rpartition(".")
+        owner = m.get_submodule(owner_name)
+        t = owner._parameters.get(local)
         if t is None:
             return None
         if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous():
-            raise Unsupported(f"a {t.dtype} {t.device.type} tensor (fp32 CPU contiguous only)")
-        if shape is not None and tuple(t.shape) != shape:
-            raise Unsupported(f"a tensor of shape {tuple(t.shape)}, not {shape}")
-        self.keep.append(t)
+            raise Unsupported(f"{name}: a {t.dtype} {t.device.type} tensor (fp32 CPU contiguous only)")
+        if tuple(t.shape) != shape:
+            raise Unsupported(f"{name}: shape {tuple(t.shape)}, not {shape}")
+        self.params.append((owner._parameters, local, t, t.data_ptr()))
         return t.data_ptr()
 
     def _slot(self, name: str, width: int) -> int:
@@ -114,22 +119,19 @@ class Program:
         if kind == "embedding":
             if op.inputs != ("input_ids",):
                 raise Unsupported(f"{op.name}: embeds {op.inputs}")
-            table = m.get_parameter(a.get("tied_to") or f"{op.name}.weight")
-            w = self._tensor(table.detach(), (a["vocab"], width))
+            w = self._param(m, a.get("tied_to") or f"{op.name}.weight", (a["vocab"], width))
             self.vocab = a["vocab"]
             self._emit("embed", op.name, width, (), last, w=w, scale=float(a.get("scale", 1.0)))
         elif kind == "learned_pos":
-            w = self._tensor(m.get_parameter(f"{op.name}.weight").detach(), (a["positions"], width))
+            w = self._param(m, f"{op.name}.weight", (a["positions"], width))
             self.positions = min(self.positions, a["positions"])
             self._emit("position", op.name, width, op.inputs, last, w=w, k=a["positions"])
         elif kind in ("layernorm", "rmsnorm", "slice_rmsnorm"):
-            self._norm(op, m.get_submodule(op.name), width, last)
+            self._norm(m, op, width, last)
         elif kind == "linear":
-            module = m.get_submodule(op.name)
-            weight = m.get_parameter(a["tied_to"]) if a.get("tied_to") else module.weight
             n_in, n_out = a["in_features"], a["out_features"]
-            w = self._tensor(weight.detach(), (n_out, n_in))
-            b = self._tensor(module.bias.detach() if module.bias is not None else None, (n_out,))
+            w = self._param(m, a.get("tied_to") or f"{op.name}.weight", (n_out, n_in))
+            b = self._param(m, f"{op.name}.bias", (n_out,))
             self._emit("linear", op.name, width, op.inputs, last, w=w, b=b, k=n_in)
         elif kind == "attention":
             self._attention(op, m.get_submodule(op.name), width, last)
@@ -143,7 +145,8 @@ class Program:
         else:
             raise Unsupported(f"{op.name}: op kind {kind}{' ' + a['fn'] if 'fn' in a else ''}")
 
-    def _norm(self, op: Any, module: nn.Module, width: int, last: bool) -> None:
+    def _norm(self, m: nn.Module, op: Any, width: int, last: bool) -> None:
+        module = m.get_submodule(op.name)
         if op.kind == "layernorm":
             plain = type(module).forward is nn.LayerNorm.forward and module.normalized_shape == (width,)
             if not isinstance(module, nn.LayerNorm) or module.weight is None or not plain:
@@ -153,7 +156,7 @@ class Program:
             if type(module) is not SliceRMSNorm:
                 raise Unsupported(f"{op.name}: {type(module).__name__}")
             eps, offset, group = module.eps or 1e-6, int(module.unit_offset), module.weight.shape[0]
-            w = self._tensor(module.weight.detach(), (group,))
+            w = self._param(m, f"{op.name}.weight", (group,))
             self._emit(op.kind, op.name, width, op.inputs, last, w=w, eps=float(eps), fn=offset,
                        start=module.start, span=module.width, group=group)  # fmt: skip
             return
@@ -163,8 +166,8 @@ class Program:
             offset = int(isinstance(module, OffsetRMSNorm))
             eps = (module.eps or 1e-6) if offset else module.eps
             eps = torch.finfo(torch.float32).eps if eps is None else eps
-        w = self._tensor(module.weight.detach(), (width,))
-        b = self._tensor(module.bias.detach() if getattr(module, "bias", None) is not None else None, (width,))
+        w = self._param(m, f"{op.name}.weight", (width,))
+        b = self._param(m, f"{op.name}.bias", (width,))
         self._emit(op.kind, op.name, width, op.inputs, last, w=w, b=b, eps=float(eps), fn=offset)
 
     def _attention(self, op: Any, core: nn.Module, width: int, last: bool) -> None:
@@ -184,18 +187,28 @@ class Program:
                    rope_dims=rope.dims if rope is not None else 0, window=window, chunk=chunk,
                    scale=float(core.scale), softcap=float(getattr(core, "softcap", None) or 0.0))  # fmt: skip
 
-    def _pointers(self) -> tuple[int, ...]:
-        return tuple(t.data_ptr() for t in self.keep)
-
     # ---------------------------------------------------------------------------------------------- steps
 
-    def current(self, model: nn.Module) -> bool:
-        """Whether the module tree is the one planned and every tensor the program points at is still where it
-        was planned (same storage)."""
-        if tree(model) != self.tree:
-            return False
-        params = {p.data_ptr() for p in model.parameters()}
-        return self._pointers() == self.ptrs and all(p in params for p in self.ptrs)
+    def check(self, model: nn.Module) -> str:
+        """``"hooked"`` where a forward hook is registered; "stale" where the module tree or a parameter the
+        program points at is no longer the one planned (another module, parameter or storage); else "ok"."""
+        from torch.nn.modules import module as base
+
+        if base._global_forward_hooks or base._global_forward_pre_hooks or model._forward_hooks:
+            return "hooked"
+        if model._forward_pre_hooks:
+            return "hooked"
+        if type(model.__dict__.get("forward")) is not self.forward:
+            return "stale"
+        for table, key, child, forward in self.modules:
+            if table.get(key) is not child or type(child.__dict__.get("forward")) is not forward:
+                return "stale"
+            if child._forward_hooks or child._forward_pre_hooks:
+                return "hooked"
+        for table, key, param, ptr in self.params:
+            if table.get(key) is not param or param.data_ptr() != ptr:
+                return "stale"
+        return "ok"
 
     def bind(self, cache: KVCache) -> bool:
         """Point the attention ops at ``cache``'s tensors (and RoPE tables for its length); False where the
@@ -261,13 +274,17 @@ class Stepper:
             return False  # out of the table: the eager step raises
         if torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters()):
             return False
-        if _modes_active() or _hooked(model) or any(core.kernel is not None for _, core in self.program.cores):
+        if _modes_active() or any(core.kernel is not None for _, core in self.program.cores):
             return False
-        if not self.program.current(model):
+        state = self.program.check(model)
+        if state == "stale":
             try:
                 self.program = Program(model)
             except Unsupported:
                 return False
+            state = self.program.check(model)
+        if state != "ok":
+            return False
         return self.program.bind(cache)
 
     def step(self, cache: KVCache, tokens: Tensor, eager: Any) -> Tensor:
@@ -334,10 +351,16 @@ TORCH_MODULES = (nn.Linear, nn.LayerNorm, nn.RMSNorm, nn.Embedding, nn.ModuleLis
 LIBRARY = __name__.rsplit(".", 1)[0] + ".layers."
 
 
-def tree(model: nn.Module) -> tuple[Any, ...]:
-    """The module tree as the native program relies on it: each module's type and its instance-level forward
-    (specc's measured-kernel routing sets one that computes the same linear)."""
-    return tuple((name, type(m), type(m.__dict__.get("forward"))) for name, m in model.named_modules())
+def _watched(model: nn.Module) -> list[tuple[dict[str, Any], str, nn.Module, type]]:
+    """Every module of the tree as (its parent's module table, its key, the module, the type of its instance-level
+    forward): what a step checks is unchanged (specc's measured-kernel routing sets a forward that computes the
+    same linear; a module swapped in or a forward replaced makes the plan stale)."""
+    out: list[tuple[dict[str, Any], str, nn.Module, type]] = []  # the model itself: check() reads it directly
+    for parent in model.modules():
+        for key, child in parent._modules.items():
+            if child is not None:
+                out.append((parent._modules, key, child, type(child.__dict__.get("forward"))))
+    return out
 
 
 def _foreign(model: nn.Module) -> str | None:
@@ -349,14 +372,6 @@ def _foreign(model: nn.Module) -> str | None:
         if not ours or (forward is not None and type(forward) is not FastForward):
             return f"{name or 'the model'}: a {kind.__module__}.{kind.__name__}"
     return None
-
-
-def _hooked(model: nn.Module) -> bool:
-    from torch.nn.modules import module as base
-
-    if base._global_forward_hooks or base._global_forward_pre_hooks:
-        return True
-    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
 
 
 def _modes_active() -> bool:
