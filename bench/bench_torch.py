@@ -298,8 +298,9 @@ def compiled_row(c: dict[str, Any], prompt: int, new: int, floor: float, nbytes:
         f"{tok_s:.1f} tok/s ({c['specc compiled_best_tok_s']:.1f}); compiled in {c['specc compiled_compile_s']:.0f} s",
         f"HF eager {c['hf_tok_s']:.1f} tok/s",
         f"{vs_hf}; {pct:.0f}% of the bandwidth floor {floor:.1f} tok/s = {nbytes / 1e6:.0f} MB at {read_bw:.1f} GB/s "
-        f"({_verdict(pct, TARGETS['generate_floor'])}); same tokens as eager specc: {c['specc compiled_same_tokens']}",
-        f"≥ {TARGETS['generate_floor']:.0f}% of floor",
+        f"(opt-in, no target on the CPU: the GPU's CUDA-graph path); same tokens as eager specc: "
+        f"{c['specc compiled_same_tokens']}",
+        "",
     )
 
 
@@ -381,7 +382,7 @@ def main() -> None:
 
     prompt, new = (8, 16) if quick else (32, 128)
     progress("generation")
-    g = generation(ours, hf, spec.vocab_size, prompt, new, 1 if quick else 3)
+    g = generation(ours, hf, spec.vocab_size, prompt, new, 1 if quick else 5)  # this host's calls spread widely
     floor = read_bw * 1e9 / nbytes  # tokens/s if each token only read every weight once at read_bw
     best_floor = read_best * 1e9 / nbytes
     speedup = g["specc_tok_s"] / g["hf_tok_s"]
