@@ -7,7 +7,8 @@ Every number is measured in this run, on the machine it names (CPU model, torch 
 
 1. The fp32 GEMM peak: GFLOP/s of ``torch.mm`` and of oneDNN's linear (where this torch has it) on GPT-2's
    GEMM shapes at N = 512 rows (768→2304, 768→768, 768→3072, 3072→768 and the 768→50257 head); the peak is
-   the best of them all.
+   the best of them all, like with like: of each contender's median call (against the median forward, the
+   target), and of the best call of any (against the best forward, printed beside it).
 2. The memory read bandwidth of several readers, each timed ``reps`` times round-robin: ``sum()`` over one large
    fp32 tensor, GEMVs (1 row) streaming a > 256 MB fp32 weight (``F.linear``, oneDNN, the row-split batched
    GEMV and specc's native GEMV where it builds), and ``sum()`` over the model's own parameters once each, in
@@ -142,10 +143,12 @@ def row_split(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def gemm_peaks(rows: int, reps: int) -> dict[str, object]:
-    """GFLOP/s (best of ``reps``) of torch.mm and oneDNN on GPT-2's GEMM shapes with ``rows`` rows."""
+    """GFLOP/s of torch.mm and oneDNN on GPT-2's GEMM shapes with ``rows`` rows, of the median of ``reps`` calls
+    (held against the median forward, like with like) and of the best call (against the best forward)."""
     g = torch.Generator().manual_seed(0)
     dnn = onednn()
     shapes: dict[str, dict[str, float]] = {}
+    bests: dict[str, dict[str, float]] = {}
     with torch.inference_mode():
         for n_in, n_out in GPT2_GEMMS:
             x, w = torch.randn(rows, n_in, generator=g), torch.randn(n_out, n_in, generator=g)
@@ -154,9 +157,11 @@ def gemm_peaks(rows: int, reps: int) -> dict[str, object]:
                 contenders["oneDNN"] = lambda x=x, w=w: dnn(x, w)
             times = round_robin(contenders, reps)
             flops = 2 * rows * n_in * n_out
-            shapes[f"{n_in}→{n_out}"] = {name: flops / min(ts) / 1e9 for name, ts in times.items()}
+            shapes[f"{n_in}→{n_out}"] = {name: flops / statistics.median(ts) / 1e9 for name, ts in times.items()}
+            bests[f"{n_in}→{n_out}"] = {name: flops / min(ts) / 1e9 for name, ts in times.items()}
     best = {name: max(s.get(name, 0.0) for s in shapes.values()) for name in ("torch.mm", "oneDNN")}
-    return {"shapes": shapes, "best": best, "peak": max(best.values())}
+    best_call = max(v for s in bests.values() for v in s.values())
+    return {"shapes": shapes, "best": best, "peak": max(best.values()), "peak_best": best_call}
 
 
 def bandwidth(mib: int, reps: int) -> dict[str, tuple[float, float]]:
@@ -339,7 +344,9 @@ def main() -> None:
         cells = ", ".join(f"{k} {v:.0f}" for k, v in result.items())
         rows.append((f"fp32 GEMM {n}×{shape}", "", f"{cells} GFLOP/s", "", ""))
     best = ", ".join(f"{k} {v:.0f}" for k, v in peaks["best"].items() if v)
-    rows.append(("fp32 GEMM peak (best of the shapes above)", "", f"{best} GFLOP/s", f"peak {peak:.0f} GFLOP/s", ""))
+    best_call = float(peaks["peak_best"])
+    peak_cells = (f"{best} GFLOP/s (median calls)", f"peak {peak:.0f} GFLOP/s (best call: {best_call:.0f})")
+    rows.append(("fp32 GEMM peak (best of the shapes above)", "", *peak_cells, ""))
 
     progress("memory bandwidth")
     bw = bandwidth(256 if quick else 512, reps)
@@ -368,6 +375,7 @@ def main() -> None:
     f = forward(ours, hf, spec.vocab_size, n, reps)
     speedup = f["hf_s"] / f["specc_s"]
     pct = flops / f["specc_s"] / 1e9 / peak * 100
+    pct_best = flops / f["specc_best_s"] / 1e9 / float(peaks["peak_best"]) * 100
     rows.append(
         (
             f"forward gpt2{' (2 blocks)' if quick else ''}, B=1, N={n}, fp32: median (best)",
@@ -375,7 +383,8 @@ def main() -> None:
             f"{f['hf_s'] * 1e3:.1f} ms ({f['hf_best_s'] * 1e3:.1f})",
             f"{speedup:.2f}× HF ({_verdict(speedup, TARGETS['forward_hf'])}); "
             f"{flops / f['specc_s'] / 1e9:.0f} GFLOP/s = {pct:.0f}% of the GEMM peak "
-            f"({_verdict(pct, TARGETS['forward_peak'])}); logits differ by ≤ {f['max_abs_diff']:.1e}",
+            f"({_verdict(pct, TARGETS['forward_peak'])}); best: {pct_best:.0f}% of the best GEMM call's "
+            f"{float(peaks['peak_best']):.0f} GFLOP/s; logits differ by ≤ {f['max_abs_diff']:.1e}",
             f"≥ {TARGETS['forward_hf']}× HF, ≥ {TARGETS['forward_peak']:.0f}% of peak",
         )
     )
