@@ -31,8 +31,10 @@ ENV = "SPECC_KERNELS"  # "torch": always F.linear; "auto" (or unset): measure
 FEW_ROWS = 8  # up to this many rows a linear layer is a weight-streaming GEMV
 
 # Measurement budget: one timed call of a candidate does at most this much work (the weight is sliced along
-# out_features to fit), and the repetitions of one class stop after about _SPEND seconds.
-_MAX_FLOPS = 4e8
+# out_features to fit), and the repetitions of one class stop after about _SPEND seconds. Large enough for
+# GPT-2's 512-row GEMMs whole: kernels rank differently on a slice (measured: MKL led oneDNN on 448 of 2304
+# outputs and trailed it by 10–40% on all of them), so a slice could choose the slower kernel.
+_MAX_FLOPS = 2e9
 _MAX_WEIGHT_BYTES = 16 << 20
 _MAX_POOL = 256 << 20  # GEMV timings read from copies of the weight worth twice the last-level cache, up to this
 _MIN_OUT = 256
