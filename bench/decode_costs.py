@@ -8,8 +8,9 @@ it is measured on exactly those tensors, in that order:
   streaming read on every thread, nothing computed but the reduction;
 - ``weight_gemvs``: seconds of the model's own linear kernels (those ``build_torch`` chose, one row) over
   every weight it decodes with, in order, and nothing else — the weight-streaming part of a step;
-- ``step_seconds``: seconds of one KV-cached decoding step at a given cache length — the difference to
-  ``weight_gemvs`` is everything else (attention over the cache, norms, cache writes, Python);
+- ``step_seconds``: seconds of one KV-cached decoding step at a given cache length, as ``model.step`` takes it
+  (the native step where it measured faster) — the difference to ``weight_gemvs`` is what the step costs beyond
+  streaming its weights one call at a time (negative where the step streams them faster);
 - ``reader_bandwidths``: the readers' rates both benches hold decoding against, like for like (median call
   for the median generation, best call for the best).
 

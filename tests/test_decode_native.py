@@ -44,7 +44,7 @@ SPECS = {**{name: case[2] for name, case in CASES.items()}, "layer_kinds": LAYER
 PLANNED_BY_NONE = ("moe", "sigmoid_gate")  # op kinds the native program has no op for
 
 
-def _model(fields: dict[str, Any], seed: int = 0) -> Any:
+def _model(fields: dict[str, Any]) -> Any:
     doc = {"init": {"std": 0.3}, **fields}
     return specc.build_torch(spec_of(**doc), dtype=torch.float32).eval()
 
@@ -143,7 +143,7 @@ def test_attention_maps_flop_counting_and_padding_step_eagerly(monkeypatch: pyte
 
 
 def test_training_and_autograd_are_not_native() -> None:
-    model, ids = _gpt2(), None
+    model = _gpt2()
     ids = _ids(model, 4)
     native = decode_native.stepper(model)
     cache = model.start({}, 8)
@@ -176,6 +176,9 @@ def test_modules_the_graph_does_not_describe_step_eagerly(monkeypatch: pytest.Mo
     ids = _ids(model, 4)
     quantized = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     assert decode_native.stepper(quantized) is None and "quantized" in decode_native.why_not(quantized)
+    swapped = _gpt2()
+    swapped.blocks[1].mlp.act = torch.nn.ReLU()  # before planning: a torch module, but not the graph's GELU
+    assert decode_native.stepper(swapped) is None and "blocks.1.mlp.act" in decode_native.why_not(swapped)
     model = _gpt2()
     model.generate(ids, 2)  # planned
     model.blocks[0].mlp.act = torch.nn.Sigmoid()  # swapped after planning: not the graph's activation

@@ -25,8 +25,6 @@ from torch import Tensor, nn
 
 from . import kernels_native
 from .kernels_modules import FastForward
-from .layers.attention import SelfAttention, SoftcapAttention, WindowedAttention
-from .layers.norms import OffsetRMSNorm, SliceRMSNorm
 from .layers.rope import by_length
 from .layers.state import KVCache
 
@@ -34,7 +32,6 @@ from .layers.state import KVCache
 CODES = ("embed", "position", "layernorm", "rmsnorm", "slice_rmsnorm", "linear", "attention", "add", "act", "glu",
          "scale", "softcap")  # fmt: skip
 FNS = {"relu": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "tanh": 4}
-CORES = (SelfAttention, WindowedAttention, SoftcapAttention)  # exact types: subclasses may attend differently
 MAX_HEAD_DIM = 1024  # decode_native.cpp's per-head scratch
 _REPS = 3  # timed steps of each kind at the first native-capable step
 
@@ -67,7 +64,7 @@ class Program:
         graph, self.modules, self.forward = model.graph, _watched(model), type(model.__dict__.get("forward"))
         if set(graph.inputs) - {"input_ids", "attention_mask"} or list(graph.outputs) != ["logits"]:
             raise Unsupported(f"inputs {sorted(graph.inputs)} and outputs {sorted(graph.outputs)}")
-        foreign = _foreign(model)
+        foreign = _not_as_built(model)
         if foreign:
             raise Unsupported(foreign)
         result = graph.outputs["logits"]
@@ -76,7 +73,9 @@ class Program:
         self.width = int(graph.op(result).shape[-1])
         self.arena = torch.zeros(max(self.size, 1))
         self.table = (_Op * len(self.ops))(*self.ops)
-        self.cache: tuple[Any, ...] | None = None  # the KV tensors the table points at now
+        self.bound: tuple[int, ...] | None = None  # which cache (and KV tensors) the table points at now
+        self.held: tuple[Any, ...] = ()  # what the table points into for it: KV tensors, RoPE tables
+        self.scores = torch.empty(0)  # attention scratch: heads × the cache's max length
 
     # ---------------------------------------------------------------------------------------- lowering
 
@@ -146,46 +145,32 @@ class Program:
             raise Unsupported(f"{op.name}: op kind {kind}{' ' + a['fn'] if 'fn' in a else ''}")
 
     def _norm(self, m: nn.Module, op: Any, width: int, last: bool) -> None:
-        module = m.get_submodule(op.name)
-        if op.kind == "layernorm":
-            plain = type(module).forward is nn.LayerNorm.forward and module.normalized_shape == (width,)
-            if not isinstance(module, nn.LayerNorm) or module.weight is None or not plain:
-                raise Unsupported(f"{op.name}: {type(module).__name__}")
-            eps, offset = module.eps, 0
-        elif op.kind == "slice_rmsnorm":
-            if type(module) is not SliceRMSNorm:
-                raise Unsupported(f"{op.name}: {type(module).__name__}")
-            eps, offset, group = module.eps or 1e-6, int(module.unit_offset), module.weight.shape[0]
-            w = self._param(m, f"{op.name}.weight", (group,))
-            self._emit(op.kind, op.name, width, op.inputs, last, w=w, eps=float(eps), fn=offset,
-                       start=module.start, span=module.width, group=group)  # fmt: skip
-            return
-        else:
-            if not isinstance(module, nn.RMSNorm) or type(module).forward not in _RMS_FORWARDS:
-                raise Unsupported(f"{op.name}: {type(module).__name__}")
-            offset = int(isinstance(module, OffsetRMSNorm))
-            eps = (module.eps or 1e-6) if offset else module.eps
-            eps = torch.finfo(torch.float32).eps if eps is None else eps
-        w = self._param(m, f"{op.name}.weight", (width,))
+        a = op.attrs
+        fields = {"eps": float(a["eps"]), "fn": int(bool(a.get("unit_offset")))}
+        if op.kind == "slice_rmsnorm":  # groups of `dim` features in [start, start + width)
+            fields.update(start=a["start"], span=a["width"], group=a["dim"])
+        group = a["dim"] if op.kind == "slice_rmsnorm" else width
+        w = self._param(m, f"{op.name}.weight", (group,))
+        if w is None:
+            raise Unsupported(f"{op.name}: a norm without a weight")
         b = self._param(m, f"{op.name}.bias", (width,))
-        self._emit(op.kind, op.name, width, op.inputs, last, w=w, b=b, eps=float(eps), fn=offset)
+        self._emit(op.kind, op.name, width, op.inputs, last, w=w, b=b, **fields)
 
     def _attention(self, op: Any, core: nn.Module, width: int, last: bool) -> None:
         a = op.attrs
-        if type(core) not in CORES or a.get("cross") or core.mask not in ("causal", "sliding_window", "chunked"):
-            raise Unsupported(f"{op.name}: {type(core).__name__} mask={getattr(core, 'mask', None)}")
-        rope = core.rope
-        if rope is not None and (by_length(rope.scaling) or rope.dims % 2 or rope.dims > core.head_dim):
-            raise Unsupported(f"{op.name}: RoPE scaling {rope.scaling} follows the length")
-        if core.head_dim > MAX_HEAD_DIM or core.heads % core.kv_heads:
-            raise Unsupported(f"{op.name}: head_dim {core.head_dim}, {core.heads}/{core.kv_heads} heads")
-        window = (core.window or 0) if core.mask == "sliding_window" else 0
-        chunk = (core.chunk or 0) if core.mask == "chunked" else 0
+        mask, heads, kv_heads, head_dim, rope_dims = a["mask"], a["heads"], a["kv_heads"], a["head_dim"], a["rope_dims"]
+        if a.get("cross") or mask not in ("causal", "sliding_window", "chunked"):
+            raise Unsupported(f"{op.name}: {'cross-attention' if a.get('cross') else f'mask {mask}'}")
+        if rope_dims and (by_length(a["rope_scaling"]) or rope_dims % 2):
+            raise Unsupported(f"{op.name}: RoPE scaling {a['rope_scaling']} follows the length")
+        if head_dim > MAX_HEAD_DIM or heads % kv_heads:
+            raise Unsupported(f"{op.name}: head_dim {head_dim}, {heads}/{kv_heads} heads")
         self.cores.append((len(self.ops), core))
-        self._emit("attention", op.name, width, op.inputs[:1], last, fn=int(bool(rope and rope.interleaved)),
-                   heads=core.heads, kv_heads=core.kv_heads, head_dim=core.head_dim,
-                   rope_dims=rope.dims if rope is not None else 0, window=window, chunk=chunk,
-                   scale=float(core.scale), softcap=float(getattr(core, "softcap", None) or 0.0))  # fmt: skip
+        self._emit("attention", op.name, width, op.inputs[:1], last, fn=int(bool(a["rope_interleaved"])),
+                   heads=heads, kv_heads=kv_heads, head_dim=head_dim, rope_dims=rope_dims,
+                   window=(a["window"] or 0) if mask == "sliding_window" else 0,
+                   chunk=(a["chunk"] or 0) if mask == "chunked" else 0,
+                   scale=float(a["scale"]), softcap=float(a["softcap"] or 0.0))  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------- steps
 
@@ -194,9 +179,9 @@ class Program:
         program points at is no longer the one planned (another module, parameter or storage); else "ok"."""
         from torch.nn.modules import module as base
 
-        if base._global_forward_hooks or base._global_forward_pre_hooks or model._forward_hooks:
+        if base._global_forward_hooks or base._global_forward_pre_hooks:
             return "hooked"
-        if model._forward_pre_hooks:
+        if model._forward_hooks or model._forward_pre_hooks:
             return "hooked"
         if type(model.__dict__.get("forward")) is not self.forward:
             return "stale"
@@ -215,7 +200,7 @@ class Program:
         cache is not one the program can read (not filled by a prefill, another layout)."""
         kv = [cache.kv.get(core) for _, core in self.cores]
         key = (id(cache), cache.max_len, *(id(t) for pair in kv if pair for t in pair))
-        if self.cache is not None and self.cache[0] == key:
+        if self.bound == key:
             return True
         tables: dict[Any, Tensor] = {}
         for (i, core), pair in zip(self.cores, kv, strict=True):
@@ -231,29 +216,16 @@ class Program:
                     cos, sin = rope.tables(torch.arange(cache.max_len)[None], torch.float32)
                     tables[rope.key] = torch.cat((cos, sin), -1).reshape(cache.max_len, rope.dims).contiguous()
                 op.rope = tables[rope.key].data_ptr()
-        scores = torch.empty(max([core.heads for _, core in self.cores] or [1]) * cache.max_len)
-        self.cache = (key, kv, tables, scores)
+        self.scores = torch.empty(max([core.heads for _, core in self.cores] or [1]) * cache.max_len)
+        self.bound, self.held = key, (kv, tables)
         return True
 
     def run(self, cache: KVCache, token: int) -> Tensor:
         """Logits [1, 1, V] of ``token`` at position ``cache.length`` (written into the cache; not advanced)."""
         logits = torch.empty(1, 1, self.width)
-        scores = self.cache[3]
-        _entry()(self.table, len(self.ops), self.arena.data_ptr(), scores.data_ptr(), logits.data_ptr(),
+        _entry()(self.table, len(self.ops), self.arena.data_ptr(), self.scores.data_ptr(), logits.data_ptr(),
                  token, cache.length, torch.get_num_threads())  # fmt: skip
         return logits
-
-
-_RMS_FORWARDS = {nn.RMSNorm.forward, OffsetRMSNorm.forward}
-
-
-def _rms_forwards() -> None:
-    from .layers.embed import RMSNorm
-
-    _RMS_FORWARDS.add(RMSNorm.forward)
-
-
-_rms_forwards()
 
 
 class Stepper:
@@ -339,18 +311,6 @@ def why_not(model: nn.Module) -> str:
     return _PLANS[model][1]
 
 
-def forget(model: nn.Module) -> None:
-    """Drop the model's plan and measured choice (the next step plans and measures again)."""
-    _PLANS.pop(model, None)
-
-
-# torch modules the generated classes are built of (their forward is what the graph says); anything else in the
-# tree (a quantized or LoRA linear, a checkpoint wrapper, a module swapped in by hand) steps eagerly
-TORCH_MODULES = (nn.Linear, nn.LayerNorm, nn.RMSNorm, nn.Embedding, nn.ModuleList, nn.ModuleDict, nn.GELU,
-                 nn.SiLU, nn.ReLU, nn.Tanh, nn.Dropout, nn.Identity)  # fmt: skip
-LIBRARY = __name__.rsplit(".", 1)[0] + ".layers."
-
-
 def _watched(model: nn.Module) -> list[tuple[dict[str, Any], str, nn.Module, type]]:
     """Every module of the tree as (its parent's module table, its key, the module, the type of its instance-level
     forward): what a step checks is unchanged (specc's measured-kernel routing sets a forward that computes the
@@ -363,14 +323,23 @@ def _watched(model: nn.Module) -> list[tuple[dict[str, Any], str, nn.Module, typ
     return out
 
 
-def _foreign(model: nn.Module) -> str | None:
-    """The first module whose forward the layer graph does not describe, if any."""
-    own = type(model).__module__
+def _not_as_built(model: nn.Module) -> str | None:
+    """The first module that is not the one the model's generated class builds for the layer graph (a quantized or
+    LoRA linear, a checkpoint wrapper, a module swapped in by hand, a forward replaced), if any: the tree is held
+    against a twin of the same class on the meta device (built without memory or random draws)."""
+    try:
+        with torch.device("meta"):
+            twin = dict(type(model)().named_modules())
+    except Exception as e:  # a class that cannot be rebuilt bare: nothing to hold the tree against
+        return f"{type(model).__name__} cannot be rebuilt to check its modules ({type(e).__name__})"
     for name, m in model.named_modules():
-        kind, forward = type(m), m.__dict__.get("forward")
-        ours = kind.__module__ == own or kind.__module__.startswith(LIBRARY) or kind in TORCH_MODULES
-        if not ours or (forward is not None and type(forward) is not FastForward):
-            return f"{name or 'the model'}: a {kind.__module__}.{kind.__name__}"
+        forward = m.__dict__.get("forward")
+        if (
+            name not in twin
+            or type(m) is not type(twin[name])
+            or (forward is not None and type(forward) is not FastForward)
+        ):
+            return f"{name or 'the model'}: a {type(m).__module__}.{type(m).__name__}"
     return None
 
 

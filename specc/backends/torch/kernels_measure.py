@@ -32,8 +32,8 @@ FEW_ROWS = 8  # up to this many rows a linear layer is a weight-streaming GEMV
 
 # Measurement budget: one timed call of a candidate does at most this much work (the weight is sliced along
 # out_features to fit), and the repetitions of one class stop after about _SPEND seconds. Large enough for
-# GPT-2's 512-row GEMMs whole: kernels rank differently on a slice (measured: MKL led oneDNN on 448 of 2304
-# outputs and trailed it by 10–40% on all of them), so a slice could choose the slower kernel.
+# GPT-2's 512-row GEMMs whole: kernels rank differently on a slice (MKL led oneDNN on 448 of 2304 outputs and
+# trailed it on all of them: bench/bench_torch.py's GEMM rows and kernel choices), so a slice chose the slower one.
 _MAX_FLOPS = 2e9
 _MAX_WEIGHT_BYTES = 16 << 20
 _MAX_POOL = 256 << 20  # GEMV timings read from copies of the weight worth twice the last-level cache, up to this

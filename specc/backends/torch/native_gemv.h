@@ -35,7 +35,7 @@ constexpr int S1 = 4, S2 = 2, S3 = 2;
 
 // R rows of x against S rows of w per pass. The block [o0, o1) is read as S streams, each a contiguous run of
 // q rows (stream s: rows o0 + s·q + j, j = 0..q-1): several long sequential streams per core keep more cache
-// lines in flight than one (measured 15–40% faster for every GPT-2 shape; with S adjacent rows per pass instead,
+// lines in flight than one (measured faster for every GPT-2 shape; with S adjacent rows per pass instead,
 // rows of a few KB restart their streams every row and read no faster than one stream). 2·R·S vector
 // accumulators, all in registers.
 template <int R, int S, typename W>
