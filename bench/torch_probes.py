@@ -117,9 +117,9 @@ def gemm_peaks(rows: int, reps: int) -> dict[str, object]:
     return {"shapes": shapes, "best": best, "peak": max(best.values()), "peak_best": best_call}
 
 
-def bandwidth(mib: int, reps: int) -> dict[str, tuple[float, float]]:
-    """GB/s read, (median, best) of ``reps`` calls: sum() of a ``mib`` MiB fp32 tensor, and 1-row GEMVs streaming
-    a weight of that size by F.linear, oneDNN, the row-split batched GEMV and specc's native GEMV."""
+def readers(mib: int) -> tuple[dict[str, Callable[[], object]], dict[str, float]]:
+    """Weight readers of ``mib`` MiB each and the GB each call reads: sum() of an fp32 tensor, and 1-row GEMVs
+    streaming a weight of that size by F.linear, oneDNN, the row-split batched GEMV and specc's native GEMV."""
     n = mib * 2**20 // 4
     big = torch.ones(n)
     w = torch.ones(n // 768, 768)
@@ -137,11 +137,23 @@ def bandwidth(mib: int, reps: int) -> dict[str, tuple[float, float]]:
         contenders["GEMV specc native"] = lambda: native(x, w, None)
     if torch.get_num_threads() == 1:
         del contenders["GEMV row-split"]
+    return contenders, {name: (big if name == "sum()" else w).numel() * 4 / 1e9 for name in contenders}
+
+
+def bandwidth(
+    contenders: dict[str, Callable[[], object]], gb: dict[str, float], reps: int
+) -> dict[str, tuple[float, float]]:
+    """GB/s read by each reader (readers()), (median, best) of ``reps`` calls timed round-robin."""
     with torch.inference_mode():
         times = round_robin(contenders, reps)
-    names = {name: (name, (big if name == "sum()" else w).numel() * 4 / 1e9) for name in times}
+    return reader_rates(times, gb)
+
+
+def reader_rates(times: dict[str, list[float]], gb: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """(median, best) GB/s of each reader in ``gb`` from its call times."""
+    names = {name: (name, gb[name]) for name in gb if name in times}
     medians, bests = decode_costs.reader_bandwidths(times, names)
-    return {name: (medians[name], bests[name]) for name in times}
+    return {name: (medians[name], bests[name]) for name in names}
 
 
 def native_gemv() -> Callable[..., torch.Tensor] | None:
