@@ -1,5 +1,6 @@
 """The benches' bookkeeping: the bandwidth floor of both benches (decode_costs) is like for like (median reader
-call against the median generation, best against best); bench/ort_gemv.py's variant names and huge-page spans."""
+call against the median generation, best against best; readers timed between the generation calls count each
+read); bench/ort_gemv.py's variant names and huge-page spans."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from decode_costs import reader_bandwidths
 from ort_gemv import parse_variant
 from ort_hugepages import HUGE, new_spans
+from torch_probes import reader_rates
 
 
 def test_floor_uses_each_readers_median_and_best_separately() -> None:
@@ -22,6 +24,21 @@ def test_floor_uses_each_readers_median_and_best_separately() -> None:
     assert medians == {"A": 2.0, "B": 4.0}  # the floor takes B's median: 4 bytes/s, not A's best 8
     assert bests == {"A": 8.0, "B": 4.0}
     assert max(medians.values()) == 4.0 and max(bests.values()) == 8.0
+
+
+def test_reader_rates_count_every_read_of_a_call() -> None:
+    # between the generation calls each timed reader call reads several times: 3 reads of 2 GB in 0.6 s is
+    # 10 GB/s (the amount passed is per call); readers without times are left out
+    rates = reader_rates({"sum()": [0.6, 0.3, 0.9]}, {"sum()": 6.0, "gone": 1.0})
+    assert rates == {"sum()": (10.0, 20.0)}
+
+
+def test_repeated_reader_reads_reads_per_call_times() -> None:
+    import bench_onnx
+
+    reads: list[int] = []
+    bench_onnx.repeated(lambda: reads.append(1))()
+    assert len(reads) == bench_onnx.READS_PER_CALL > 1
 
 
 def test_ort_gemv_variant_names() -> None:
