@@ -33,6 +33,7 @@ def bart(layers: int):
         pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None,
         attn_implementation="sdpa",
     )  # fmt: skip
+    transformers.utils.logging.disable_progress_bar()  # save_pretrained's shard bar would land in the table
     torch.manual_seed(0)
     model = transformers.BartForConditionalGeneration(config).eval()
     model.generation_config.update(eos_token_id=None, forced_eos_token_id=None, forced_bos_token_id=None,
