@@ -22,9 +22,9 @@ specc by its Hugging Face name mapping) and the same thread count, contenders ti
   MatMul ([1, 4096] × [4096, 16384]) and torch's multi-threaded ``sum()``, timed again between the generation
   calls (this host's speed drifts between the phases of a run). Like for like: the floor is the faster
   reader's median call between the generation calls, and the median generation is judged against it (the
-  target); the best
-  generation against the best call of either reader is printed too (single calls spread widely on a
-  shared machine, so a best-vs-median comparison would say more about the spread than about the decode);
+  target); the best generation against the best call of either reader is printed too (single calls spread
+  widely on a shared machine, so a best-vs-median comparison would say more about the spread than about the
+  decode);
 - export time of GPT-2 small (fp32, including the full checker);
 - MoE: ORT forward of the sparse graph (experts run on their routed tokens) vs the dense one (every expert on
   every token), B=1, N=512, fp32.
@@ -45,7 +45,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -66,17 +65,6 @@ def machine() -> str:
 
 
 SETTLE_S = 0.1  # idle time before each timed call (see interleaved)
-READS_PER_CALL = 3  # reads per timed reader call between the generation calls (more samples, same rounds)
-
-
-def repeated(fn: Callable[[], object]) -> Callable[[], None]:
-    """``fn`` called READS_PER_CALL times per call."""
-
-    def call() -> None:
-        for _ in range(READS_PER_CALL):
-            fn()
-
-    return call
 
 
 def rounds_of(fns: dict, rounds: int, warmup: int) -> dict[str, list[float]]:
@@ -264,10 +252,10 @@ def gpt2_rows(threads: int, quick: bool, seq: int, new_tokens: int) -> tuple[lis
                "ours": lambda: ours.generate(pids, new_tokens),
                "hf": lambda: hf.generate(pids, **kw),
                # the readers again, between the generation calls: the floor's like-for-like bandwidth
-               "stream": repeated(stream), "read": repeated(lambda: big.sum())}  # fmt: skip
+               "stream": decode_costs.repeated(stream), "read": decode_costs.repeated(lambda: big.sum())}  # fmt: skip
         graw = rounds_of(gen, gen_iters, min(warmup, 1))
     g = {k: statistics.median(v) for k, v in graw.items()}
-    gen_names = {k: (label, READS_PER_CALL * n) for k, (label, n) in names.items()}
+    gen_names = {k: (label, decode_costs.READS_PER_CALL * n) for k, (label, n) in names.items()}
     during, best_during = decode_costs.reader_bandwidths(graw, gen_names)
     floor = max(during.values()) / weight_bytes  # tokens/s: the target's floor
     best_floor = max(best_floor, max(best_during.values()) / weight_bytes)

@@ -126,9 +126,6 @@ def forward(ours: torch.nn.Module, hf: torch.nn.Module, vocab: int, n: int, reps
     }
 
 
-READS_PER_CALL = 3  # reads per timed reader call between the generation calls (more samples, same rounds)
-
-
 def generation(
     ours: torch.nn.Module,
     hf: torch.nn.Module,
@@ -149,15 +146,8 @@ def generation(
     def run_hf() -> torch.Tensor:
         return hf.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
 
-    def repeated(fn: Callable[[], object]) -> Callable[[], None]:
-        def call() -> None:
-            for _ in range(READS_PER_CALL):
-                fn()
-
-        return call
-
     contenders: dict[str, Callable[[], object]] = {"specc": run_ours, "hf": run_hf}
-    contenders.update({name: repeated(fn) for name, fn in probe.items()})
+    contenders.update({name: decode_costs.repeated(fn) for name, fn in probe.items()})
     with torch.inference_mode():
         same = torch.equal(run_ours(), run_hf())  # also the warm-up
         for fn in probe.values():
@@ -167,7 +157,7 @@ def generation(
         **{f"{k}_tok_s": new / statistics.median(times[k]) for k in ("specc", "hf")},
         **{f"{k}_best_tok_s": new / min(times[k]) for k in ("specc", "hf")},
         "same_tokens": same,
-        "readers": reader_rates(times, {k: READS_PER_CALL * v for k, v in gb.items()}),
+        "readers": reader_rates(times, {k: decode_costs.READS_PER_CALL * v for k, v in gb.items()}),
     }
 
 

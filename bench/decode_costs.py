@@ -12,7 +12,8 @@ it is measured on exactly those tensors, in that order:
   (the native step where it measured faster) — the difference to ``weight_gemvs`` is what the step costs beyond
   streaming its weights one call at a time (negative where the step streams them faster);
 - ``reader_bandwidths``: the readers' rates both benches hold decoding against, like for like (median call
-  for the median generation, best call for the best).
+  for the median generation, best call for the best); ``repeated``: a reader timed between the generation
+  calls, ``READS_PER_CALL`` reads a call.
 
 All timings are the best and the median of ``reps`` calls, each after ``idle`` seconds of idle.
 """
@@ -39,6 +40,20 @@ def _times(fn: Callable[[], object], reps: int, idle: float) -> list[float]:
 
 def summary(times: list[float]) -> dict[str, float]:
     return {"best_s": min(times), "median_s": statistics.median(times)}
+
+
+READS_PER_CALL = 3  # reads per timed reader call between the generation calls (more samples, same rounds)
+
+
+def repeated(fn: Callable[[], object], times: int = READS_PER_CALL) -> Callable[[], None]:
+    """``fn`` called ``times`` times per call: a reader timed between the generation calls reads several times
+    (its amount per call is ``times`` reads)."""
+
+    def call() -> None:
+        for _ in range(times):
+            fn()
+
+    return call
 
 
 def reader_bandwidths(

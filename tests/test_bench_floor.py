@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from decode_costs import reader_bandwidths
+from decode_costs import READS_PER_CALL, reader_bandwidths, repeated
 from ort_gemv import parse_variant
 from ort_hugepages import HUGE, new_spans
 from torch_probes import reader_rates
@@ -34,11 +34,9 @@ def test_reader_rates_count_every_read_of_a_call() -> None:
 
 
 def test_repeated_reader_reads_reads_per_call_times() -> None:
-    import bench_onnx
-
     reads: list[int] = []
-    bench_onnx.repeated(lambda: reads.append(1))()
-    assert len(reads) == bench_onnx.READS_PER_CALL > 1
+    repeated(lambda: reads.append(1))()
+    assert len(reads) == READS_PER_CALL > 1
 
 
 def test_ort_gemv_variant_names() -> None:
