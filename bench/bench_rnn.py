@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cpu_info import cpu_model  # noqa: E402  (bench/ is the script's directory)
+
 from specc import load_spec  # noqa: E402
 from specc.train import TrainConfig, new_run, save_run, train  # noqa: E402
 from specc.train.attention import attention_map, mirror_fraction  # noqa: E402
@@ -31,16 +32,6 @@ from specc.train.loop import Run  # noqa: E402
 
 MODELS = {"fixed context": "reverse-fixed.yaml", "Bahdanau": "reverse-bahdanau.yaml"}
 LENGTHS = (5, 10, 15, 20, 25, 30, 35, 40)
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def by_length(run: Run, per_length: int, seed: int) -> dict[int, tuple[float, float]]:
@@ -128,7 +119,7 @@ def main() -> int:
         print(f"- {label}: {n_params:,} parameters, train {times[label][0]:.0f} s + eval {times[label][1]:.0f} s")
     print(f"- attention map: {diag:.1%} of output tokens attend (argmax) to the mirrored input ± 1 (50 inputs, 20–40)")
     print(
-        f"- wall time {wall:.0f} s; {args.threads} torch thread(s); torch {torch.__version__}; {cpu_name()}, "
+        f"- wall time {wall:.0f} s; {args.threads} torch thread(s); torch {torch.__version__}; {cpu_model()}, "
         f"{os.cpu_count()} cores; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after"
     )
 

@@ -80,7 +80,8 @@ def train_lm(tmp: Path, steps: int, threads: int) -> tuple[Path, Path, Path, flo
     res = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if res.returncode:
         raise SystemExit(f"training failed:\n{res.stdout}\n{res.stderr}")
-    print("\n".join(line for line in res.stdout.splitlines() if "loss" in line)[-400:], file=sys.stderr)
+    losses = [line for line in res.stdout.splitlines() if "loss" in line]
+    print("\n".join(losses[-6:]), file=sys.stderr)  # progress only: whole lines, kept out of the table on stdout
     return spec, text, ckpt, time.perf_counter() - t0
 
 

@@ -23,7 +23,11 @@ Variants (the weights are the same random values in every chain):
 - ``kv`` / ``kvc``: a real decode step (one token after a 96-token cache) of GPT-2 small's exported KV-cache
   graph, standard / ``--attention contrib`` (the latter through its in-place cache buffer, as generation
   runs it); GB/s counted on the chain's 472 MiB, which is what such a step reads, less the norms;
-- ``big``: bench_onnx.py's ORT reader, one [1, 4096] × [4096, 16384] MatMul (256 MiB);
+- ``conv``: every linear a 1×1 Conv on a [1, in, 1, 1] input (weight [out, in, 1, 1], bias as B): ORT's NCHWc
+  layout pass turns these into MLAS's blocked pointwise-conv kernel, which reads a one-column weight faster
+  than its one-row MatMul kernel on some CPUs;
+- ``big``: bench_onnx.py's ORT reader, one [1, 4096] × [4096, 16384] MatMul (256 MiB); ``big_conv``: the
+  same weight as a 1×1 Conv;
 - options after any of those, joined by ``_``: ``nospin`` (``session.intra_op.allow_spinning=0``), ``dbbK``
   (``session.dynamic_block_base=K``), ``noprepack`` (``session.disable_prepacking=1``: MLAS then runs its
   M=1 kernels on the initializer as stored), ``tN`` (N intra-op threads), ``aff``
@@ -54,7 +58,7 @@ D, HIDDEN, VOCAB, LAYERS = 768, 3072, 50257, 12
 SETTLE_S = 0.1
 QUIET = 0.1  # a sample is quiet when other processes used under 10% of one core meanwhile,
 TICKS = 2  # give or take two clock ticks (/proc/stat counts in ticks, a process's own time more finely)
-FORMS = ("mm", "mm_nobias", "fmm_tB", "gemm", "gemm_tB", "kv", "kvc", "big")
+FORMS = ("mm", "mm_nobias", "fmm_tB", "gemm", "gemm_tB", "conv", "kv", "kvc", "big", "big_conv")
 BIG = (4096, 16384)  # bench_onnx.py's ORT reader: one 256 MiB weight through a one-row MatMul
 PAST = 96  # the exported graphs' decode step: one token after a 96-token cache (mid-way through the bench's)
 OPTIONS = {"nospin": ("session.intra_op.allow_spinning", "0"), "noprepack": ("session.disable_prepacking", "1")}
@@ -108,24 +112,30 @@ def graph_proto(form: str, ws: list[tuple[np.ndarray, np.ndarray | None]]):
     """The chain of one-row linears as an ONNX model in one of the graph forms (see the module docstring)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    if form == "big":
+    if form.startswith("big"):
         rng = np.random.default_rng(1)
         ws = [(rng.standard_normal(BIG[::-1], dtype=np.float32) * np.float32(0.02), None)]
     two_d = form.startswith("gemm")
+    conv = form.endswith("conv")  # 1x1 Conv on [1, in, 1, 1]: ORT's NCHWc pass runs MLAS's pointwise-conv kernel
     nodes, inits = [], []
     x = "x"
     slice_args = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
-                  (("s0", [0]), ("s1", [D]), ("sax", [-1]))]  # fmt: skip
+                  (("s0", [0]), ("s1", [D]), ("sax", [-1]), ("sax1", [1]))]  # fmt: skip
     inits += slice_args
     for i, (w, b) in enumerate(ws):
         n = w.shape[0]
         transposed = form.endswith("_tB")
-        inits.append(numpy_helper.from_array(w if transposed else np.ascontiguousarray(w.T), f"w{i}"))
+        if conv:
+            inits.append(numpy_helper.from_array(w.reshape(*w.shape, 1, 1), f"w{i}"))
+        else:
+            inits.append(numpy_helper.from_array(w if transposed else np.ascontiguousarray(w.T), f"w{i}"))
         use_bias = b is not None and form != "mm_nobias"
         if use_bias:
             inits.append(numpy_helper.from_array(b, f"b{i}"))
         y = f"y{i}"
-        if form.startswith("gemm"):
+        if conv:
+            nodes.append(helper.make_node("Conv", [x, f"w{i}"] + ([f"b{i}"] if use_bias else []), [y]))
+        elif form.startswith("gemm"):
             ins = [x, f"w{i}"] + ([f"b{i}"] if use_bias else [])
             nodes.append(helper.make_node("Gemm", ins, [y], transB=1 if transposed else 0))
         else:
@@ -138,11 +148,13 @@ def graph_proto(form: str, ws: list[tuple[np.ndarray, np.ndarray | None]]):
                 nodes.append(helper.make_node("Add", [mm, f"b{i}"], [y]))
         x = y
         if n == 3 * D:  # the QKV output: feed its first D columns on
-            nodes.append(helper.make_node("Slice", [x, "s0", "s1", "sax"], [f"q{i}"]))
+            nodes.append(helper.make_node("Slice", [x, "s0", "s1", "sax1" if conv else "sax"], [f"q{i}"]))
             x = f"q{i}"
     n_out = ws[-1][0].shape[0]
     shape_in = [1, ws[0][0].shape[1]] if two_d else [1, 1, ws[0][0].shape[1]]
     shape_out = [1, n_out] if two_d else [1, 1, n_out]
+    if conv:
+        shape_in, shape_out = [1, ws[0][0].shape[1], 1, 1], [1, n_out, 1, 1]
     graph = helper.make_graph(
         nodes,
         f"gemv_{form}",
@@ -186,8 +198,8 @@ def ort_variant(
         print(f"{form}: {sum(done) / 2**20:.0f} MiB collapsed into huge pages", file=sys.stderr)
     if form in ("kv", "kvc"):
         return decode_step(sess)
-    k = BIG[0] if form == "big" else D
-    shape = (1, k) if form.startswith("gemm") else (1, 1, k)
+    k = BIG[0] if form.startswith("big") else D
+    shape = (1, k) if form.startswith("gemm") else (1, k, 1, 1) if form.endswith("conv") else (1, 1, k)
     feed = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
     return lambda: sess.run(None, feed)
 
@@ -236,8 +248,9 @@ def torch_variant(name: str, ws) -> Callable[[], object]:
 
 def check_same(fns: dict[str, Callable[[], object]]) -> float:
     """Largest relative difference of any ORT variant's logits from ``mm``'s (they compute the same thing)."""
+    other = ("mm_nobias", "kv", "kvc", "big", "big_conv")  # other weights or other outputs
     outs = {k: np.asarray(f()[0]).reshape(-1) for k, f in fns.items()
-            if k not in TORCH_VARIANTS and parse_variant(k)[0] not in ("mm_nobias", "kv", "kvc", "big")}  # fmt: skip
+            if k not in TORCH_VARIANTS and parse_variant(k)[0] not in other}  # fmt: skip
     ref = outs.get("mm", next(iter(outs.values())))
     scale = float(np.abs(ref).max()) or 1.0
     return max(float(np.abs(v - ref).max()) / scale for v in outs.values())

@@ -4,9 +4,7 @@ GEMM peak of torch.mm and oneDNN on GPT-2's shapes, and the read bandwidth of se
 from __future__ import annotations
 
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -14,32 +12,13 @@ from collections.abc import Callable
 import decode_costs
 import torch
 import torch.nn.functional as F
+from cpu_info import cpu_model
 
 IDLE = 0.1  # seconds of idle before every timed call
 GPT2_GEMMS = [(768, 2304), (768, 768), (768, 3072), (3072, 768), (768, 50257)]  # (in_features, out_features)
 
 
 # ================================================================================================ machine
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo, else lscpu, else platform)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True, timeout=10).stdout
-        for line in out.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Model name":
-                return value.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine() -> str:

@@ -1,6 +1,6 @@
 """The benches' bookkeeping: the bandwidth floor of both benches (decode_costs) is like for like (median reader
 call against the median generation, best against best; readers timed between the generation calls count each
-read); bench/ort_gemv.py's variant names and huge-page spans."""
+read); bench/ort_gemv.py's variant names and huge-page spans; the CPU line every bench prints."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
+import cpu_info
 from decode_costs import READS_PER_CALL, reader_bandwidths, repeated
 from ort_gemv import parse_variant
 from ort_hugepages import HUGE, new_spans
@@ -45,6 +46,7 @@ def test_ort_gemv_variant_names() -> None:
     assert form == "kvc" and threads == 1 and flags == {"thp"}
     assert config == {"session.intra_op.allow_spinning": "0", "session.dynamic_block_base": "8"}
     assert parse_variant("gemm_tB_noprepack")[:2] == ("gemm_tB", {"session.disable_prepacking": "1"})
+    assert parse_variant("big_conv_t1")[::2] == ("big_conv", 1)  # the longer form, not big + an option "conv"
     with pytest.raises(ValueError):
         parse_variant("mm_fast")
     with pytest.raises(ValueError):
@@ -57,3 +59,17 @@ def test_new_spans_are_the_uncovered_whole_huge_pages() -> None:
     # the grown mapping's new part [3H, 8H] and the new one cut to whole pages [21H, 22H]
     assert new_spans(before, after) == [(3 * HUGE, 8 * HUGE), (21 * HUGE, 22 * HUGE)]
     assert new_spans(after, after) == []
+
+
+def test_cpu_line_tells_apart_cpus_that_share_a_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    # two VMs both named "AMD EPYC": Zen 3 (AVX2) and Zen 5 (AVX-512) differ 2-3x in GEMM peak
+    zen3 = {"model name": "AMD EPYC", "cpu family": "25", "model": "1", "flags": "fpu sse2 avx avx2 fma"}
+    zen5 = {**zen3, "cpu family": "26", "model": "2", "flags": "fpu sse2 avx avx2 avx512f avx512bw"}
+    lines = []
+    for info in (zen3, zen5):
+        monkeypatch.setattr(cpu_info, "_cpuinfo", lambda info=info: info)
+        lines.append(cpu_info.cpu_model())
+    assert lines == ["AMD EPYC (family 25 model 1, AVX2)", "AMD EPYC (family 26 model 2, AVX-512)"]
+    monkeypatch.setattr(cpu_info, "_cpuinfo", dict)  # no /proc/cpuinfo: the name from elsewhere, no details
+    monkeypatch.setattr(cpu_info, "_lscpu_name", lambda: "Some CPU")
+    assert cpu_info.cpu_model() == "Some CPU"
