@@ -52,11 +52,6 @@ sys.path.insert(0, str(ROOT))
 
 from cpu_info import cpu_model  # noqa: E402  (bench/ is the script's directory)
 
-
-def machine() -> str:
-    return cpu_model()
-
-
 SETTLE_S = 0.1  # idle time before each timed call (see interleaved)
 
 
@@ -332,7 +327,7 @@ def main() -> None:
         tables.append((desc, rows))
     print(f"command: python bench/bench_onnx.py {' '.join(sys.argv[1:])}".rstrip())
     print(
-        f"machine: {machine()}, {threads} threads (torch.set_num_threads and ORT intra_op_num_threads); "
+        f"machine: {cpu_model()}, {threads} threads (torch.set_num_threads and ORT intra_op_num_threads); "
         f"onnxruntime {onnxruntime.__version__}, torch {torch.__version__}, transformers {transformers.__version__}; "
         "other load on the machine adds noise"
     )

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     import torch
-    from bench_onnx import machine
+    from cpu_info import cpu_model
 
     from specc.runtime.session import default_threads
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(threads)
     rows = run(args.quick, threads, args.source, args.new_tokens or (8 if args.quick else 64))
     print(f"command: python bench/onnx_encdec.py {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip())
-    print(f"machine: {machine()}, {threads} threads; onnxruntime {__import__('onnxruntime').__version__}, "
+    print(f"machine: {cpu_model()}, {threads} threads; onnxruntime {__import__('onnxruntime').__version__}, "
           f"torch {torch.__version__}, transformers {__import__('transformers').__version__}; "
           "other load on the machine adds noise\n")  # fmt: skip
     print("| measurement | value | ratio |")

@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     import torch
-    from bench_onnx import machine
+    from cpu_info import cpu_model
 
     from specc.runtime.session import default_threads
 
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.skip_speed:
             rows = speed(tmp, args.quick, threads, new_tokens) + rows
     print(f"command: python bench/onnx_quant.py {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip())
-    print(f"machine: {machine()}, {threads} threads; onnxruntime {__import__('onnxruntime').__version__}; "
+    print(f"machine: {cpu_model()}, {threads} threads; onnxruntime {__import__('onnxruntime').__version__}; "
           f"{note}; other load on the machine adds noise\n")  # fmt: skip
     print("| measurement | value | ratio |")
     print("|---|---|---|")

@@ -295,7 +295,7 @@ def timed(fns: dict[str, Callable[[], object]], rounds: int, steps: int) -> tupl
 def main() -> None:
     import onnxruntime
     import torch
-    from bench_onnx import machine
+    from cpu_info import cpu_model
 
     from specc.runtime.session import default_threads
 
@@ -326,7 +326,8 @@ def main() -> None:
     diff = check_same(fns)
     times, quiet = timed(fns, args.rounds, args.steps)
     print(f"command: python bench/ort_gemv.py {' '.join(sys.argv[1:])}".rstrip())
-    print(f"machine: {machine()}, {threads} threads; onnxruntime {onnxruntime.__version__}, torch {torch.__version__}; "
+    print(f"machine: {cpu_model()}, {threads} threads; onnxruntime {onnxruntime.__version__}, "
+          f"torch {torch.__version__}; "
           f"{nbytes / 2**20:.0f} MiB of weights per call, {args.rounds} rounds × {args.steps} calls; "
           f"largest relative logit difference between ORT variants {diff:.1e}")  # fmt: skip
     print(

@@ -90,7 +90,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import onnxruntime
-    from bench_onnx import machine
+    from cpu_info import cpu_model
 
     import specc
     from specc.runtime.session import default_threads
@@ -99,7 +99,7 @@ def main() -> None:
     spec = specc.load_spec("gpt2", args.set or None)
     print(f"command: python bench/profile_onnx.py {' '.join(sys.argv[1:])}".rstrip())
     what = f"decode steps after {args.decode} tokens" if args.decode is not None else f"B=1 N={args.seq}"
-    print(f"machine: {machine()}, {threads} threads; onnxruntime {onnxruntime.__version__}; GPT-2 {spec.blocks} "
+    print(f"machine: {cpu_model()}, {threads} threads; onnxruntime {onnxruntime.__version__}; GPT-2 {spec.blocks} "
           f"blocks, {what}, fp32; other load on the machine adds noise")  # fmt: skip
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
