@@ -5,6 +5,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KEY="$(cat "$ROOT/requirements.txt" "$ROOT/requirements-test.txt" | sha256sum | cut -c1-16)"
 VENV="${SPECC_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/specc/venv-$KEY}"
 if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
+  # Two first runs at once (scripts/test beside scripts/demo) must not delete each other's half-made venv.
+  mkdir -p "$(dirname "$VENV")"
+  exec 9>"$VENV.lock"
+  flock 9
+fi
+if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
   echo "specc: creating the environment in $VENV (once per dependency set)" >&2
   rm -rf "$VENV"
   python3 -m venv "$VENV"
@@ -13,6 +19,7 @@ if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$ROOT/requirements-test.txt"
   touch "$VENV/.complete"
 fi
+exec 9>&- 2>/dev/null || true
 export PATH="$VENV/bin:$PATH"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 cd "$ROOT"
