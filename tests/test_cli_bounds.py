@@ -273,6 +273,66 @@ def test_rlimit_as_is_honoured(tmp_path: Path, args: list[str], needle: str) -> 
     assert not list(tmp_path.iterdir())
 
 
+# A model whose parameters fit under the limit with room to spare, but not beside init's fp32 draw of its largest
+# parameter (a 200,000-row embedding: 205 MB) and the intra-op threads' reservations.
+BIG_EMBEDDING = {"extends": "gpt2", "vocab_size": 200_000, "d_model": 256, "blocks": 1, "context": 64,
+                 "attention": {"heads": 4}}  # fmt: skip
+HEADROOM = """
+import json, resource, sys
+import torch, specc, specc.cli
+from specc.backends.torch import memory
+from specc.backends.torch.build import as_graph
+from specc.backends.torch.source import model_class
+spec = json.loads(sys.argv[1])
+with torch.device("meta"):
+    meta = model_class(as_graph(spec))()
+kept, draw = memory.param_bytes(meta), memory.init_transient(meta).transient
+threads = torch.get_num_threads() * memory.THREAD_ADDRESS_SPACE
+room = {"short": kept + draw // 2, "enough": kept + draw + threads + (256 << 20)}[sys.argv[2]]
+status = open("/proc/self/status").read()
+vm = next(int(l.split()[1]) for l in status.splitlines() if l.startswith("VmSize:")) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + room, resource.getrlimit(resource.RLIMIT_AS)[1]))
+sys.exit(specc.cli.run(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize("room", ["short", "enough"])
+def test_the_memory_check_counts_the_init_draw_and_the_threads(tmp_path: Path, room: str) -> None:
+    """Parameters that fit beside what the process maps are not enough: init draws the largest parameter whole in
+    fp32 before copying it in, and the intra-op threads reserve stacks and arenas. Short of that: refused before
+    anything is allocated (this once died in the allocator with a traceback); with it: built and written."""
+    import json
+
+    spec = tmp_path / "big.json"
+    spec.write_text(json.dumps(BIG_EMBEDDING))
+    args = ["compile", str(spec), "--target", "torch", "-o", "x.safetensors"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", HEADROOM, json.dumps(BIG_EMBEDDING), room, *args],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)  # fmt: skip
+    if room == "short":
+        line = one_line_error((proc.returncode, proc.stdout, proc.stderr), "RLIMIT_AS (ulimit -v)")
+        assert "for the fp32 draw of its largest parameter" in line and "of thread stacks and arenas" in line
+        assert not (tmp_path / "x.safetensors").exists()
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / "x.safetensors").stat().st_size > 200_000 * 256 * 4
+
+
+def test_loading_counts_the_stored_tensors_beside_their_casts(tmp_path: Path) -> None:
+    """fp32 weights into a bf16 model: the stored fp32 tensors and the bf16 casts are alive together."""
+    import torch
+
+    from specc.backends.torch.build import load_transient
+
+    weights = {"a": torch.zeros(1000, 10), "b": torch.zeros(10, dtype=torch.bfloat16)}
+    stored = 10_000 * 4 + 10 * 2
+    # bf16 model (20,020 bytes kept): a's fp32 clone beside its bf16 cast; b is taken as it is
+    assert load_transient(weights, torch.bfloat16, 10_010 * 2).transient == stored + 10_000 * 2 - 10_010 * 2
+    # fp32 model (40,040 bytes kept): only b is cast
+    assert load_transient(weights, torch.float32, 10_010 * 4).transient == stored + 10 * 4 - 10_010 * 4
+    assert load_transient(tmp_path / "missing.safetensors", torch.float32, 0).transient == 0  # the reader names it
+
+
 def test_generation_with_non_finite_weights_is_a_located_error(cli, tmp_path: Path) -> None:
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file

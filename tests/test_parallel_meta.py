@@ -143,7 +143,7 @@ def test_a_meta_model_whose_shards_do_not_fit_is_refused_before_anything_is_allo
         model = specc.parallelize(specc.build_torch(spec, device="meta"), mesh)
         ref = specc.build_torch(spec).state_dict()
         assert all(torch.equal(t, ref[k]) for k, t in model.state_dict().items())
-        monkeypatch.setattr(memory, "available", lambda device: memory.Limit(1000, "a test limit"))
+        monkeypatch.setattr(memory, "limits", lambda device: [memory.Limit(1000, "a test limit")])
         meta = specc.build_torch(spec, device="meta")
         with pytest.raises(SpecError, match=r"this rank's shards need .* but only .* \(limited by a test limit\)"):
             specc.parallelize(meta, mesh)

@@ -36,6 +36,19 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init:
     from .fsdp import apply_fsdp
     from .tensor import apply_tensor_parallel
 
+    if not hasattr(mesh, "mesh_dim_names"):  # a DeviceMesh (or one that acts as one)
+        raise SpecError(
+            f"parallelize takes a DeviceMesh, not {type(mesh).__name__}",
+            hint='init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))',
+        )
+    if getattr(model, "mesh", None) is not None:
+        raise SpecError(
+            "this model is already parallelized (model.mesh is set): its parameters are shards now",
+            hint="parallelize a fresh build_torch(spec) model once, over the whole mesh",
+        )
+    for flag, value in (("sequence_parallel", sequence_parallel), ("init", init)):
+        if not isinstance(value, bool):
+            raise SpecError(f"{flag} must be True or False, not {value!r}")
     names = tuple(mesh.mesh_dim_names or ())
     if not names or any(n not in DIMS for n in names) or len(set(names)) != len(names):
         raise SpecError(

@@ -61,15 +61,19 @@ def _local(p: torch.Tensor) -> torch.Tensor:
     return p.to_local() if isinstance(p, DTensor) else p
 
 
-def check_fits(model: nn.Module, device: torch.device) -> None:
-    """This rank's shards against the memory free on ``device``, before anything is allocated."""
-    from ..backends.torch.memory import available, gib
+def check_fits(model: nn.Module, device: torch.device, init: bool = True) -> None:
+    """This rank's shards, plus init's fp32 draw of the largest whole parameter (``init``), against the memory
+    free on ``device``, before anything is allocated."""
+    from ..backends.torch.memory import Need, gib, init_transient, shortfall
 
-    need, free = local_bytes(model), available(device)
-    if need > free.bytes:
+    extra = init_transient(model) if init else Need(0)
+    need = Need(local_bytes(model), extra.transient, extra.transient_what)
+    lim = shortfall(need, device)
+    if lim is not None:
         raise SpecError(
-            f"{model.graph.meta.get('name', 'the model')}: this rank's shards need {gib(need)}, but only "
-            f"{gib(free.bytes)} of memory is available on {device} (limited by {free.source})",
+            f"{model.graph.meta.get('name', 'the model')}: this rank's shards need {gib(need.kept)}"
+            f"{need.extra(lim)}, but only {gib(lim.bytes)} of memory is available on {device} (limited by "
+            f"{lim.source})",
             hint="nothing was allocated; split it further (a larger tp or dp), or size it with specc analyze --plan",
         )
 
@@ -80,7 +84,7 @@ def materialize(model: nn.Module, init: bool) -> None:
     from .tensor import packed_params
 
     device = mesh_device(model.mesh)
-    check_fits(model, device)
+    check_fits(model, device, init)
     model.to_empty(device=device)
     if init:
         packed = packed_params(model.graph, _tp(model))

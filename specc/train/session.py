@@ -14,14 +14,11 @@ from .loop import Run, TrainConfig, setup
 
 
 def default_device(name: str | None = None) -> torch.device:
+    """``--device NAME`` checked against this machine; without one, CUDA where present, else the CPU."""
+    from ..backends.torch.build import torch_device
+
     if name:
-        try:
-            dev = torch.device(name)
-        except RuntimeError:
-            raise SpecError(f"unknown device {name!r}", hint="cpu | cuda | cuda:1") from None
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise SpecError(f"device {name} is not available on this machine", hint="--device cpu")
-        return dev
+        return torch_device(name)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 

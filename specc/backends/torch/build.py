@@ -14,7 +14,7 @@ from ...ir.lower import lower
 from . import kernels
 from .layers import Model
 from .layers.model import init_rule
-from .memory import check_fits
+from .memory import Need, check_fits, init_transient, param_bytes
 from .source import model_class
 from .weights import read_weights
 
@@ -34,11 +34,36 @@ def as_graph(spec: Any) -> LayerGraph:
 
 def torch_dtype(dtype: str | torch.dtype | None, graph: LayerGraph) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPES.values():
+            raise SpecError(f"dtype {dtype} is not a weight dtype", hint=f"use one of {', '.join(DTYPES)}")
         return dtype
     name = dtype or graph.meta.get("dtype", "fp32")
-    if name not in DTYPES:
+    if not isinstance(name, str) or name not in DTYPES:
         raise SpecError(f"unknown dtype {name!r}", hint=f"use one of {', '.join(DTYPES)}")
     return DTYPES[name]
+
+
+def torch_device(device: str | torch.device | None) -> torch.device:
+    """``device`` as a torch.device this process can allocate on (CPU by default); anything else is a SpecError."""
+    if device is None:
+        return torch.device("cpu")
+    if not isinstance(device, (str, torch.device)):
+        raise SpecError(f"device must be a name such as 'cpu' or 'cuda:1', not {type(device).__name__}")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise SpecError(f"unknown device {str(device)!r}", hint="cpu | cuda | cuda:1 | meta") from None
+    if dev.type in ("cpu", "meta"):
+        return dev
+    backend = getattr(torch, dev.type, None)
+    count = getattr(backend, "device_count", lambda: 0)() if getattr(backend, "is_available", lambda: False)() else 0
+    if count == 0 or (dev.index is not None and dev.index >= count):
+        raise SpecError(
+            f"device {dev} is not available on this machine"
+            + (f" ({count} {dev.type} device{'s' if count != 1 else ''})" if count else ""),
+            hint="cpu" + (f" | {dev.type}:0" if count else ""),
+        )
+    return dev
 
 
 def build_torch(
@@ -63,12 +88,13 @@ def build_torch(
     graph = as_graph(spec)
     cls = model_class(graph)
     dt = torch_dtype(dtype, graph)
-    dev = torch.device(device or "cpu")
+    dev = torch_device(device)
     with torch.device("meta"):
         model = cls().to(dt)
     _check_against_graph(model, graph)
     if dev.type != "meta":
-        check_fits(model, dev, graph.meta.get("name", "model"))
+        transient = init_transient(model) if weights is None else load_transient(weights, dt, param_bytes(model))
+        check_fits(model, dev, graph.meta.get("name", "model"), transient)
         if weights is not None:
             tensors = read_weights(weights, graph)
             model.load_state_dict({k: v.to(device=dev, dtype=dt) for k, v in tensors.items()}, assign=True)
@@ -79,6 +105,29 @@ def build_torch(
     if dev.type == "cpu":
         kernels.accelerate(model)  # each linear's kernel measured on this CPU at first use (SPECC_KERNELS=torch: off)
     return model.eval()
+
+
+def load_transient(weights: str | os.PathLike[str] | dict[str, torch.Tensor], dtype: torch.dtype, kept: int) -> Need:
+    """Loading holds every stored tensor (read whole, or the dict's clones) beside its cast to ``dtype`` until the
+    model takes them: beyond the ``kept`` parameter bytes, that peak's excess. Stored sizes come from the
+    safetensors headers (nothing is read); an unreadable source is left to the reader to name."""
+    from ...interop.checkpoint import DTYPES as STORED
+    from ...interop.checkpoint import headers
+
+    if isinstance(weights, dict):
+        sizes = [(v.numel() * v.element_size(), v.dtype) for v in weights.values() if isinstance(v, torch.Tensor)]
+    else:
+        try:
+            sizes = [
+                (t.end - t.start, getattr(torch, STORED[t.dtype][1]))
+                for h, _ in headers(weights)
+                for t in h.tensors.values()
+            ]
+        except (SpecError, OSError):  # ReadError included
+            return Need(0)
+    stored = sum(n for n, _ in sizes)
+    cast = sum(n // max(1, t.itemsize) * dtype.itemsize for n, t in sizes if t != dtype)
+    return Need(0, max(0, stored + cast - kept), "the stored tensors beside their casts while they load")
 
 
 def _check_against_graph(model: torch.nn.Module, graph: LayerGraph) -> None:

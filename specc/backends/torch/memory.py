@@ -22,10 +22,48 @@ from ...errors import SpecError
 UNLIMITED_V1 = 1 << 62  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
 
 
+# Each intra-op thread, started on the first parallel op, reserves its stack (8 MiB) and a glibc malloc arena
+# (64 MiB): address space that RLIMIT_AS / RLIMIT_DATA count though little of it is ever resident.
+THREAD_ADDRESS_SPACE = (8 + 64) << 20
+
+
 @dataclass(frozen=True)
 class Limit:
     bytes: int
     source: str  # which limit this is, for messages: "MemAvailable", "RLIMIT_AS (ulimit -v)", "cgroup memory.max"
+    address_space: bool = False  # counts reserved address space (rlimits), not resident memory
+
+
+@dataclass(frozen=True)
+class Need:
+    """What building a model holds at its peak: what it keeps, plus the largest transient copy on the way."""
+
+    kept: int
+    transient: int = 0
+    transient_what: str = ""
+
+    def against(self, limit: Limit) -> int:
+        """Bytes needed under ``limit``: an address-space limit also pays for the threads' reservations."""
+        threads = torch.get_num_threads() * THREAD_ADDRESS_SPACE if limit.address_space else 0
+        return self.kept + self.transient + threads
+
+    def extra(self, limit: Limit) -> str:
+        parts = [f"{gib(self.transient)} for {self.transient_what}"] if self.transient else []
+        if limit.address_space:
+            parts.append(f"{gib(self.against(limit) - self.kept - self.transient)} of thread stacks and arenas")
+        return f" and {gib(self.against(limit) - self.kept)} more while it builds ({', '.join(parts)})" if parts else ""
+
+
+def shortfall(need: Need, device: torch.device) -> Limit | None:
+    """The limit ``need`` exceeds by the most on ``device``, or None when it fits every one."""
+    over = [(need.against(lim) - lim.bytes, lim) for lim in limits(device) if need.against(lim) > lim.bytes]
+    return max(over, key=lambda o: o[0])[1] if over else None
+
+
+def init_transient(model: torch.nn.Module) -> Need:
+    """``init_weights`` draws each parameter whole in fp32 on the CPU (a shard's source too) before copying it in."""
+    largest = max((p.numel() for p in model.parameters()), default=0)
+    return Need(0, largest * 4, "the fp32 draw of its largest parameter")
 
 
 def param_bytes(model: torch.nn.Module) -> int:
@@ -39,9 +77,14 @@ def available_bytes(device: torch.device) -> int:
 
 def available(device: torch.device) -> Limit:
     """The binding limit on ``device``, with what it is."""
+    return min(limits(device), key=lambda lim: lim.bytes)
+
+
+def limits(device: torch.device) -> list[Limit]:
+    """Every memory limit that applies on ``device``."""
     if device.type == "cuda":
-        return Limit(int(torch.cuda.mem_get_info(device)[0]), f"{device} (free device memory)")
-    return min(host_limits(), key=lambda lim: lim.bytes)
+        return [Limit(int(torch.cuda.mem_get_info(device)[0]), f"{device} (free device memory)")]
+    return host_limits()
 
 
 def host_limits(
@@ -51,12 +94,12 @@ def host_limits(
     mountinfo: str | os.PathLike[str] = "/proc/self/mountinfo",
 ) -> list[Limit]:
     """Every host limit that applies (at least one: MemAvailable or the free physical pages)."""
-    limits = [_mem_available(meminfo)]
-    limits += rlimit_headroom(status)
+    found = [_mem_available(meminfo)]
+    found += rlimit_headroom(status)
     cg = cgroup_headroom(proc_cgroup, mountinfo)
     if cg is not None:
-        limits.append(cg)
-    return limits
+        found.append(cg)
+    return found
 
 
 def _mem_available(meminfo: str | os.PathLike[str]) -> Limit:
@@ -84,7 +127,7 @@ def rlimit_headroom(status: str | os.PathLike[str] = "/proc/self/status") -> lis
         soft = resource.getrlimit(which)[0]
         if soft == resource.RLIM_INFINITY or soft < 0:
             continue
-        out.append(Limit(max(0, soft - used.get(field, 0) * 1024), f"{name} ({flag})"))
+        out.append(Limit(max(0, soft - used.get(field, 0) * 1024), f"{name} ({flag})", address_space=True))
     return out
 
 
@@ -206,16 +249,20 @@ def gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB"
 
 
-def check_fits(model: torch.nn.Module, device: torch.device, name: str) -> None:
-    """Raise a SpecError with the estimate when the parameters alone exceed the free memory of ``device``."""
-    need = param_bytes(model)
-    free = available(device)
-    if need > free.bytes:
+def check_fits(model: torch.nn.Module, device: torch.device, name: str, transient: Need | None = None) -> None:
+    """Raise a SpecError with the estimate when building ``model`` on ``device`` would exceed a memory limit: its
+    parameters, plus ``transient`` (the largest copy made on the way: init's fp32 draw by default), plus, under an
+    address-space limit, what the threads reserve."""
+    extra = transient if transient is not None else init_transient(model)
+    need = Need(param_bytes(model), extra.transient, extra.transient_what)
+    lim = shortfall(need, device)
+    if lim is not None:
         params = sum(p.numel() for p in model.parameters())
         dtype = next(model.parameters()).dtype
         raise SpecError(
-            f"{name} needs {gib(need)} for its {params:,} {str(dtype).removeprefix('torch.')} parameters, "
-            f"but only {gib(free.bytes)} of memory is available on {device} (limited by {free.source})",
+            f"{name} needs {gib(need.kept)} for its {params:,} {str(dtype).removeprefix('torch.')} parameters"
+            f"{need.extra(lim)}, but only {gib(lim.bytes)} of memory is available on {device} (limited by "
+            f"{lim.source})",
             hint="nothing was allocated; try a smaller spec (--set blocks=...)"
             + (", --dtype bf16" if dtype == torch.float32 else "")
             + ", or `specc analyze` for the costs without weights",
