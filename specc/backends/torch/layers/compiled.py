@@ -7,17 +7,22 @@ the way Hugging Face's StaticCache + ``torch.compile`` decode. The prompt (prefi
 same buffers; sampling stays eager too (the same generator draws as without compiling).
 
 On CUDA the step is compiled with ``mode="reduce-overhead"`` (CUDA graphs); on the CPU with inductor and
-``CPU_OPTIONS`` (see there why).
+``CPU_OPTIONS`` (see there why). Inductor builds and loads its kernels from ``TORCHINDUCTOR_CACHE_DIR``, by
+default ``/tmp/torchinductor_$USER``, which another user can create first: specc points it at ``inductor/`` in
+its own private cache (``specc.cache``) before compiling, unless it already names a private folder.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .... import cache
 from .attention import SelfAttention
 from .generation import GenerationError
 from .state import KVCache, State
@@ -32,6 +37,17 @@ from .state import KVCache, State
 CPU_OPTIONS: dict[str, Any] = {}
 
 BUCKET = 64  # static cache lengths are multiples of this
+INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def private_inductor_cache() -> Path:
+    """Point inductor's cache at a folder only this user can write (read by inductor at each use)."""
+    current = os.environ.get(INDUCTOR_ENV)
+    if current and cache.why_not_private(Path(current)) is None:
+        return Path(current)
+    where = cache.folder("inductor") or cache.temporary_folder("inductor")  # not private: this process's own
+    os.environ[INDUCTOR_ENV] = str(where)
+    return where
 
 
 class StaticCache(KVCache):
@@ -84,6 +100,7 @@ class CompiledDecoder:
         self.follow = model.META.get("positions_follow")
         self.kv: dict[nn.Module, tuple[Tensor, Tensor]] = {}
         self.max_len = 0  # of the buffers
+        private_inductor_cache()
         if device.type == "cuda":
             self.fn = torch.compile(self.forward, mode="reduce-overhead", dynamic=False)
         else:
