@@ -133,13 +133,21 @@ def test_a_source_entry_that_is_not_utf8_is_rewritten(tmp_path: Path, filled: Pa
     assert entry.read_bytes() == good
 
 
-def test_a_fifo_in_place_of_the_bytecode_file_never_hangs(tmp_path: Path, filled: Path) -> None:
+@pytest.mark.parametrize("damage", ["fifo", "corrupt"])
+def test_a_damaged_bytecode_file_is_never_read(tmp_path: Path, filled: Path, damage: str) -> None:
     entry = _source_entry(filled)
     pyc = Path(importlib.util.cache_from_source(str(entry)))
     pyc.parent.mkdir(exist_ok=True)
     pyc.unlink(missing_ok=True)
-    os.mkfifo(pyc)
-    _ok(_run(LOAD + BUILD, filled, tmp_path, timeout=90))  # a hang fails here (TimeoutExpired)
+    if damage == "fifo":
+        os.mkfifo(pyc)
+    else:  # the header the import system trusts (the source's mtime and size), then garbage
+        from importlib._bootstrap_external import _pack_uint32  # type: ignore[attr-defined]
+
+        st = entry.stat()
+        header = importlib.util.MAGIC_NUMBER + _pack_uint32(0) + _pack_uint32(int(st.st_mtime))
+        pyc.write_bytes(header + _pack_uint32(st.st_size) + b"\xe3" + b"\xff" * 64)
+    assert "torch.Size([1, 3, 40])" in _ok(_run(LOAD, filled, tmp_path, timeout=90))  # a hang: TimeoutExpired
 
 
 @pytest.mark.parametrize("kind", ["fifo", "folder", "symlink", "device"])

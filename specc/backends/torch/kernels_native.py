@@ -50,7 +50,9 @@ _state: dict[str, object] = {}  # "fns": the GEMV entry points by weight dtype (
 
 def status() -> str:
     """``"ready: PATH"`` once the kernel is loaded, else why it is not (tries to build it first)."""
-    return f"ready: {_state['path']}" if _entry() is not None else f"unavailable: {_state['why']}"
+    if _entry() is not None:
+        return f"ready: {_state['path']}"
+    return f"unavailable: {_switched_off() or _state['why']}"
 
 
 def available() -> bool:
@@ -96,14 +98,12 @@ def reset() -> None:
 
 def _entry() -> dict[torch.dtype, ctypes._CFuncPtr] | None:
     """The loaded entry points by weight dtype, building the library at the first call; None where it can't be."""
+    if _switched_off():  # read at every call: a library loaded before the switch is not used after it
+        return None
     if "fns" in _state:
         return _state["fns"]
     fns, why, path, lib = None, "", None, None
-    if os.environ.get(ENV) == "0":
-        why = f"{ENV}=0"
-    elif os.environ.get(KERNELS_ENV) == "torch":
-        why = f"{KERNELS_ENV}=torch"
-    elif not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         why = f"built on Linux only (this is {sys.platform})"
     else:
         omp = _torch_openmp()
@@ -126,6 +126,14 @@ def _entry() -> dict[torch.dtype, ctypes._CFuncPtr] | None:
                 why = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
     _state.update(fns=fns, why=why, path=path, lib=lib)
     return fns
+
+
+def _switched_off() -> str | None:
+    """Which switch turns native code off ("SPECC_NATIVE=0", "SPECC_KERNELS=torch"), if one does."""
+    for name, value in ((ENV, "0"), (KERNELS_ENV, "torch")):
+        if os.environ.get(name) == value:
+            return f"{name}={value}"
+    return None
 
 
 def _torch_openmp() -> str | None:
