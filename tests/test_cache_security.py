@@ -300,10 +300,11 @@ def test_specc_kernels_torch_loads_no_native_code(tmp_path: Path) -> None:
 # ================================================================================================ torch.compile
 
 
+@pytest.mark.parametrize("preset", ["foreign", "torch-default"])
 def test_compiled_decoding_uses_a_private_inductor_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any, preset: str
 ) -> None:
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
 
     seen: list[str] = []
 
@@ -314,10 +315,13 @@ def test_compiled_decoding_uses_a_private_inductor_cache(
     monkeypatch.setattr(torch, "compile", compile_)
     root = tmp_path / "cache"
     monkeypatch.setenv("SPECC_CACHE", str(root))
-    shared = tmp_path / "torchinductor_shared"  # as another user could create /tmp/torchinductor_$USER first
-    shared.mkdir()
-    os.chown(shared, FOREIGN_UID, FOREIGN_UID) if os.geteuid() == 0 else shared.chmod(0o777)
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared))
+    if preset == "foreign":  # as another user could create /tmp/torchinductor_$USER first
+        shared = tmp_path / "torchinductor_shared"
+        shared.mkdir()
+        os.chown(shared, FOREIGN_UID, FOREIGN_UID) if os.geteuid() == 0 else shared.chmod(0o777)
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared))
+    else:  # what importing torch._dynamo leaves in the environment
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.path.abspath(default_cache_dir()))
     tiny = ["--set", "blocks=1", "--set", "d_model=16", "--set", "attention.heads=2", "--set", "vocab_size=50"]
     code, _, err = cli("generate", "gpt2", *tiny, "-p", "1 2 3", "-n", "3", "--compile")
     assert code == 0, err

@@ -14,7 +14,9 @@ its own private cache (``specc.cache``) before compiling, unless it already name
 
 from __future__ import annotations
 
+import getpass
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +43,23 @@ INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def private_inductor_cache() -> Path:
-    """Point inductor's cache at a folder only this user can write (read by inductor at each use)."""
+    """Point inductor's cache at a folder only this user can write (read by inductor at each use). A folder the
+    user chose is kept where it is private; torch's default is not a choice (importing torch._dynamo sets it)."""
     current = os.environ.get(INDUCTOR_ENV)
-    if current and cache.why_not_private(Path(current)) is None:
+    if current and current != _torch_default() and cache.why_not_private(Path(current)) is None:
         return Path(current)
     where = cache.folder("inductor") or cache.temporary_folder("inductor")  # not private: this process's own
     os.environ[INDUCTOR_ENV] = str(where)
     return where
+
+
+def _torch_default() -> str:
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        return os.path.abspath(default_cache_dir())
+    except (ImportError, AttributeError):  # a torch without it: its documented default
+        return os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
 
 
 class StaticCache(KVCache):
