@@ -14,7 +14,8 @@ kernel's threads are torch's threads, not a second pool competing for the cores)
 the source, the compiler, the flags, the CPU and torch's OpenMP runtime, written whole with its content hash in a
 manifest beside it (concurrent first uses each build and one rename wins), and loaded only where its bytes match
 that hash (a planted, truncated or otherwise different file is built afresh, never loaded). Building takes about
-half a second; loading a cached one, a millisecond (the library is read and hashed).
+half a second; loading a cached one, a few milliseconds (mostly asking the compiler its version; reading and
+hashing the 50 KB library takes about 0.2 ms).
 """
 
 from __future__ import annotations
