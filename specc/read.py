@@ -47,6 +47,7 @@ _KINDS = (
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symbolic link"),  # seen only where links are not followed
 )
 
 
@@ -77,16 +78,21 @@ def open_regular(
     missing: str | None = None,
     hint: str | None = None,
     dir_hint: str | None = None,
+    follow: bool = True,
 ) -> Iterator[tuple[BinaryIO, int]]:
     """Open ``path`` for reading if it is a regular file (after symbolic links) of at most ``limit`` bytes.
 
     Yields the binary file object and its size. ``what`` names the file in messages ("a spec file");
-    ``missing`` replaces the "no such file" message, ``hint`` goes with it.
+    ``missing`` replaces the "no such file" message, ``hint`` goes with it. ``follow=False``: a symbolic link
+    in the last component is refused like a FIFO (specc's own cache entries are never links).
     """
     name = os.fspath(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:  # judged before opening, so no device is ever opened; then again on what was opened (no race)
-        _judge(os.stat(name), name, what, limit, dir_hint)
-        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+        _judge((os.stat if follow else os.lstat)(name), name, what, limit, dir_hint)
+        fd = os.open(name, flags)
     except OSError as e:
         raise _os_error(e, name, what, missing, hint, dir_hint) from None
     except ValueError:  # a NUL byte in the name

@@ -30,7 +30,7 @@ def fresh(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture
 def own_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setenv("SPECC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SPECC_CACHE", str(tmp_path))
     return tmp_path / "kernels"
 
 

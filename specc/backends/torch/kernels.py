@@ -13,10 +13,10 @@ One job per file:
 - ``kernels_dispatch``: ``linear`` — which calls may be routed, the per-class decisions, re-measuring;
 - ``kernels_modules``: ``accelerate`` / ``restore`` of a model's ``nn.Linear`` layers and tied heads.
 
-``SPECC_KERNELS=torch`` (environment variable) forces plain ``F.linear`` everywhere; unset, ``auto`` or
-anything else measures. It is read when a shape class is first seen (after changing it in a running process,
-call ``reset()``). Importing runs no kernel, draws from no random generator and registers nothing; the oneDNN
-probe runs at the first plain call.
+``SPECC_KERNELS=torch`` (environment variable) forces plain ``F.linear`` everywhere and loads no native code;
+unset, ``auto`` or anything else measures. It is read when a shape class is first seen (after changing it in a
+running process, call ``reset()``; the native library reads it at every call). Importing runs no kernel, draws
+from no random generator and registers nothing; the oneDNN probe runs at the first plain call.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ try:
 except ImportError:  # not on Windows
     resource = None  # type: ignore[assignment]
 
-ENV = "SPECC_KERNELS"  # "torch": always F.linear; "auto" (or unset): measure
+ENV = kernels_native.KERNELS_ENV  # "torch": always F.linear (no native code loaded); "auto" (or unset): measure
 FEW_ROWS = 8  # up to this many rows a linear layer is a weight-streaming GEMV
 
 # Measurement budget: one timed call of a candidate does at most this much work (the weight is sliced along

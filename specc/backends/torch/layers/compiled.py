@@ -7,17 +7,24 @@ the way Hugging Face's StaticCache + ``torch.compile`` decode. The prompt (prefi
 same buffers; sampling stays eager too (the same generator draws as without compiling).
 
 On CUDA the step is compiled with ``mode="reduce-overhead"`` (CUDA graphs); on the CPU with inductor and
-``CPU_OPTIONS`` (see there why).
+``CPU_OPTIONS`` (see there why). Inductor builds and loads its kernels from ``TORCHINDUCTOR_CACHE_DIR``, by
+default ``/tmp/torchinductor_$USER``, which another user can create first: specc points it at ``inductor/`` in
+its own private cache (``specc.cache``) before compiling, unless it already names a private folder.
 """
 
 from __future__ import annotations
 
+import getpass
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .... import cache
 from .attention import SelfAttention
 from .generation import GenerationError
 from .state import KVCache, State
@@ -32,6 +39,27 @@ from .state import KVCache, State
 CPU_OPTIONS: dict[str, Any] = {}
 
 BUCKET = 64  # static cache lengths are multiples of this
+INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def private_inductor_cache() -> Path:
+    """Point inductor's cache at a folder only this user can write (read by inductor at each use). A folder the
+    user chose is kept where it is private; torch's default is not a choice (importing torch._dynamo sets it)."""
+    current = os.environ.get(INDUCTOR_ENV)
+    if current and current != _torch_default() and cache.why_not_private(Path(current)) is None:
+        return Path(current)
+    where = cache.folder("inductor") or cache.temporary_folder("inductor")  # not private: this process's own
+    os.environ[INDUCTOR_ENV] = str(where)
+    return where
+
+
+def _torch_default() -> str:
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        return os.path.abspath(default_cache_dir())
+    except (ImportError, AttributeError):  # a torch without it: its documented default
+        return os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
 
 
 class StaticCache(KVCache):
@@ -84,6 +112,7 @@ class CompiledDecoder:
         self.follow = model.META.get("positions_follow")
         self.kv: dict[nn.Module, tuple[Tensor, Tensor]] = {}
         self.max_len = 0  # of the buffers
+        private_inductor_cache()
         if device.type == "cuda":
             self.fn = torch.compile(self.forward, mode="reduce-overhead", dynamic=False)
         else:
