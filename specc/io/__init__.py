@@ -27,10 +27,19 @@ reader sees the old file or the new one, never half of one. Around that, the rul
 
 from __future__ import annotations
 
-from .atomic import atomic_files, atomic_path, atomic_write, write_error
+from .atomic import (
+    atomic_files,
+    atomic_path,
+    atomic_write,
+    discard_stage,
+    folder_stage,
+    replace_folder,
+    write_error,
+)
 from .images import IMAGE_FORMATS, image_format
+from .signals import command_signals, outputs_complete, signals_raise
 from .stale import STALE_AFTER_S, clean_stale
-from .targets import TMP_SUFFIX, command_scope, note_input, output_target
+from .targets import TMP_SUFFIX, command_scope, folder_target, note_input, output_target
 
 __all__ = [
     "IMAGE_FORMATS",
@@ -41,8 +50,15 @@ __all__ = [
     "atomic_write",
     "clean_stale",
     "command_scope",
+    "command_signals",
+    "discard_stage",
+    "folder_stage",
+    "folder_target",
     "image_format",
     "note_input",
     "output_target",
+    "outputs_complete",
+    "replace_folder",
+    "signals_raise",
     "write_error",
 ]
