@@ -258,7 +258,7 @@ class Folder:
             dcp.load(state, storage_reader=self.reader(), no_dist=no_dist)
         except dcp.api.CheckpointException as e:
             for exc, _ in e.failures.values():
-                if isinstance(exc, SpecError):
+                if isinstance(exc, SpecError) or not isinstance(exc, Exception):  # Ctrl-C, SIGTERM: as they are
                     raise exc from None
             raise SpecError(f"cannot read the checkpoint: {_first_line(e)}", file=str(self.path)) from None
 
@@ -293,9 +293,16 @@ def open_folder(path: str | os.PathLike[str] | Folder, trust_pickle: bool = Fals
             hint="checkpoint folders come from specc train --parallel ... -o DIR",
         )
     meta = _meta(p)
-    if legacy:
-        md = dcp.FileSystemReader(str(p)).read_metadata().state_dict_metadata
-        tensors = {k: (tuple(v.size), v.properties.dtype) for k, v in md.items() if hasattr(v, "size")}
+    if legacy:  # trusted: the pickle runs here
+        try:
+            md = dcp.FileSystemReader(str(p)).read_metadata()
+        except Exception as e:  # whatever a damaged pickle raises
+            what = f"cannot read it: {type(e).__name__}: {e}".splitlines()[0]
+            raise SpecError(what, file=str(p / LEGACY_FILE)) from None
+        if not isinstance(md, dcp.Metadata):
+            raise SpecError("not torch.distributed.checkpoint metadata", file=str(p / LEGACY_FILE))
+        entries = md.state_dict_metadata.items()
+        tensors = {k: (tuple(v.size), v.properties.dtype) for k, v in entries if hasattr(v, "size")}
         return Folder(p, meta, tensors, None)
     stored = shards.read_index(p, meta.get(INDEX_KEY), str(p / META_FILE))
     tensors = {k: (s.shape, s.torch_dtype) for k, s in stored.items()}
