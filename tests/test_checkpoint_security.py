@@ -46,7 +46,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _copy(good: Path, tmp_path: Path) -> Path:
     folder = tmp_path / "ck"
-    shutil.copytree(good, folder)
+    shutil.copytree(good, folder)  # makes tmp_path too
     return folder
 
 
@@ -145,36 +145,38 @@ def _first(tensors: dict[str, Any]) -> dict[str, Any]:
 
 
 SHARD = "shard-00000.safetensors"
-DAMAGE = {
-    "missing shard": (lambda f: (f / SHARD).unlink(), SHARD),
-    "truncated shard": (lambda f: os.truncate(f / SHARD, (f / SHARD).stat().st_size // 2), SHARD),
-    "garbage shard": (lambda f: (f / SHARD).write_bytes(os.urandom((f / SHARD).stat().st_size)), SHARD),
-    "empty shard": (lambda f: (f / SHARD).write_bytes(b""), SHARD),
-    "FIFO shard": (lambda f: ((f / SHARD).unlink(), os.mkfifo(f / SHARD)), SHARD),
-    "folder for shard": (lambda f: ((f / SHARD).unlink(), (f / SHARD).mkdir()), SHARD),
-    "missing index": (lambda f: (f / "specc.json").unlink(), "no specc.json"),
-    "garbage index": (lambda f: (f / "specc.json").write_bytes(os.urandom(300)), "specc.json"),
-    "truncated index": (lambda f: os.truncate(f / "specc.json", (f / "specc.json").stat().st_size // 2), "specc.json"),
-    "empty index file": (lambda f: (f / "specc.json").write_bytes(b""), "specc.json"),
-    "empty index": (lambda f: _edit_index(f, lambda t: t.clear()), "lists no tensors"),
-    "no index": (lambda f: _edit_index(f, lambda t: t.update({"x": 1})), "specc.json"),
-    "piece dropped": (lambda f: _edit_index(f, lambda t: _first(t)["pieces"][0]["shape"].__setitem__(0, 1)), "cover"),
-    "piece outside": (
-        lambda f: _edit_index(f, lambda t: _first(t)["pieces"][0].__setitem__("file", "../shard-00000.safetensors")),
-        "not a shard-NNNNN.safetensors file",
-    ),
-    "index missing a tensor": (
-        lambda f: _edit_index(f, lambda t: t.pop(sorted(t)[0])),
-        "does not hold what the index says",
-    ),
+INDEX = "specc.json"
+DAMAGE = {  # kind: [(damage, what the message names)]
+    "shard": [
+        (lambda f: (f / SHARD).unlink(), SHARD),
+        (lambda f: os.truncate(f / SHARD, (f / SHARD).stat().st_size // 2), SHARD),
+        (lambda f: (f / SHARD).write_bytes(os.urandom((f / SHARD).stat().st_size)), SHARD),
+        (lambda f: (f / SHARD).write_bytes(b""), SHARD),
+        (lambda f: ((f / SHARD).unlink(), os.mkfifo(f / SHARD)), SHARD),  # never opened: no hang
+        (lambda f: ((f / SHARD).unlink(), (f / SHARD).mkdir()), SHARD),
+    ],
+    "index file": [
+        (lambda f: (f / INDEX).unlink(), "no specc.json"),
+        (lambda f: (f / INDEX).write_bytes(os.urandom(300)), INDEX),
+        (lambda f: os.truncate(f / INDEX, (f / INDEX).stat().st_size // 2), INDEX),
+        (lambda f: (f / INDEX).write_bytes(b""), INDEX),
+    ],
+    "index entries": [
+        (lambda f: _edit_index(f, lambda t: t.clear()), "lists no tensors"),
+        (lambda f: _edit_index(f, lambda t: t.update({"x": 1})), INDEX),
+        (lambda f: _edit_index(f, lambda t: _first(t)["pieces"][0]["shape"].__setitem__(0, 1)), "do not cover"),
+        (lambda f: _edit_index(f, lambda t: _first(t)["pieces"].append(_first(t)["pieces"][0])), "overlap"),
+        (lambda f: _edit_index(f, lambda t: _first(t)["pieces"][0].__setitem__("file", f"../{SHARD}")), "shard-NNNNN"),
+        (lambda f: _edit_index(f, lambda t: t.pop(sorted(t)[0])), "does not hold what the index says"),
+    ],
 }
 
 
 @pytest.mark.parametrize("kind", list(DAMAGE))
 def test_a_damaged_folder_is_one_line_naming_the_file_on_every_path(cli, good: Path, tmp_path: Path, kind: str) -> None:
-    folder = _copy(good, tmp_path)
-    damage, needle = DAMAGE[kind]
-    damage(folder)
-    for result in _paths(cli, folder, tmp_path):
-        _refused(result, needle)
+    for i, (damage, needle) in enumerate(DAMAGE[kind]):
+        folder = _copy(good, tmp_path / str(i))
+        damage(folder)
+        for result in _paths(cli, folder, tmp_path):
+            _refused(result, needle)
     assert not (tmp_path / "o").exists() and not (tmp_path / "o.safetensors").exists()

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import specc.io as sio
-from specc.io.targets import temp_dir, temp_file
 
 OLD = time.time() - 2 * sio.STALE_AFTER_S
 
@@ -64,6 +63,8 @@ def test_user_files_with_look_alike_names_are_never_removed(cli, tmp_path: Path)
 
 
 def test_specc_temps_of_a_dead_process_go_those_of_a_live_one_stay(tmp_path: Path) -> None:
+    from specc.io.targets import temp_dir, temp_file
+
     target = tmp_path / "m.onnx"
     dead = _dead_pid()
     gone_file = tmp_path / f".m.onnx.specc-{dead}-abcd1234.tmp"
@@ -80,11 +81,22 @@ def test_specc_temps_of_a_dead_process_go_those_of_a_live_one_stay(tmp_path: Pat
         other.write_bytes(b"x")
         young = tmp_path / f".m.onnx.specc-{dead}-young123.tmp"  # a dead pid, but written a moment ago
         young.write_bytes(b"x")
-        _age(gone_file, gone_dir, mine_file, mine_dir, other)
+        link = tmp_path / f".m.onnx.specc-{dead}-link1234.tmp"  # never followed, never removed
+        link.symlink_to("/etc/passwd")
+        odd = tmp_path / f".m.onnx.specc-{dead}-efgh5678.tmp"  # a folder holding a link: left alone
+        odd.mkdir()
+        (odd / "link").symlink_to("/etc/passwd")
+        foreign = tmp_path / f".m.onnx.specc-{dead}-ijkl9012.tmp"
+        foreign.write_bytes(b"x")
+        if os.geteuid() == 0:  # tests run as root here: another user's file, by an unused uid
+            os.chown(foreign, 64123, 64123)
+        os.utime(link, (OLD, OLD), follow_symlinks=False)
+        _age(gone_file, gone_dir, mine_file, mine_dir, other, odd, foreign)
         removed = sio.clean_stale(tmp_path)
-        assert sorted(removed) == sorted([gone_file, gone_dir])
+        assert sorted(removed) == sorted([gone_file, gone_dir] + ([] if os.geteuid() == 0 else [foreign]))
         assert not gone_file.exists() and not gone_dir.exists()
         assert mine_file.exists() and mine_dir.exists() and other.exists() and young.exists()
+        assert link.is_symlink() and (odd / "link").is_symlink()
     finally:
         alive.kill()
         alive.wait()
@@ -106,21 +118,3 @@ def test_every_temporary_name_carries_the_mark_and_the_pid(tmp_path: Path) -> No
     form = re.compile(rf"^\.(out\.bin|ck)\.specc-{os.getpid()}-[a-z0-9_]{{8}}\.tmp$")
     assert len(seen) == 2 and all(form.match(name) for name in seen), seen
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
-
-
-def test_a_foreign_owned_or_linked_specc_temp_is_left_alone(tmp_path: Path) -> None:
-    dead = _dead_pid()
-    link = tmp_path / f".m.onnx.specc-{dead}-abcd1234.tmp"
-    link.symlink_to("/etc/passwd")
-    odd = tmp_path / f".m.onnx.specc-{dead}-efgh5678.tmp"
-    odd.mkdir()
-    (odd / "link").symlink_to("/etc/passwd")
-    os.utime(link, (OLD, OLD), follow_symlinks=False)
-    _age(odd)
-    if os.geteuid() == 0:  # tests run as root here: another user's file, by an unused uid
-        foreign = tmp_path / f".m.onnx.specc-{dead}-ijkl9012.tmp"
-        foreign.write_bytes(b"x")
-        os.chown(foreign, 64123, 64123)
-        _age(foreign)
-    assert sio.clean_stale(tmp_path) == []
-    assert link.is_symlink() and odd.exists() and len(list(tmp_path.iterdir())) == 2 + (os.geteuid() == 0)
