@@ -163,7 +163,9 @@ def save(
         with signals_raise():
             writer = shards.ShardWriter(stage)
             try:
-                dcp.save(sd, storage_writer=writer, no_dist=not dist.is_initialized())
+                with warnings.catch_warnings():  # "assuming the intent is to save in a single process": it is
+                    warnings.simplefilter("ignore", UserWarning)
+                    dcp.save(sd, storage_writer=writer, no_dist=not dist.is_initialized())
             except dcp.api.CheckpointException as e:
                 raise _cause(e, path) from None
             if lead:

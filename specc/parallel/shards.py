@@ -260,13 +260,16 @@ class ShardReader(StorageReader):
         for fname, items in per_file.items():
             path = self.folder / fname
             header = st.read_header(path, "a checkpoint shard")
+            pieces: dict[str, torch.Tensor] = {}  # a piece that several requests cut from is read once
             with read.open_regular(path, "a checkpoint shard") as (f, _):
                 for item in items:
-                    t = header.tensors[item.storage_index.fqn]
-                    stored = self.stored[item.storage_index.fqn]
-                    raw = read.read_exact(f, t.start, t.end - t.start, str(path), "the checkpoint shard")
-                    piece = torch.frombuffer(raw, dtype=stored.torch_dtype) if raw else torch.empty(0)
-                    piece = piece.to(stored.torch_dtype).reshape(t.shape)
+                    fqn = item.storage_index.fqn
+                    if fqn not in pieces:
+                        t, dtype = header.tensors[fqn], self.stored[fqn].torch_dtype
+                        raw = read.read_exact(f, t.start, t.end - t.start, str(path), "the checkpoint shard")
+                        piece = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+                        pieces[fqn] = piece.reshape(t.shape)
+                    piece = pieces[fqn]
                     box = tuple(slice(o, o + n) for o, n in zip(item.storage_offsets, item.lengths, strict=True))
                     target = planner.resolve_tensor(item).detach()
                     target.copy_(piece[box])
