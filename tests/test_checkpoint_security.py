@@ -145,6 +145,16 @@ def _first(tensors: dict[str, Any]) -> dict[str, Any]:
 
 
 SHARD = "shard-00000.safetensors"
+
+
+def _nan_data(folder: Path) -> None:
+    """Every data byte of the shard 0xff (NaN as float32), its header kept."""
+    raw = bytearray((folder / SHARD).read_bytes())
+    start = 8 + int.from_bytes(raw[:8], "little")
+    raw[start:] = b"\xff" * (len(raw) - start)
+    (folder / SHARD).write_bytes(bytes(raw))
+
+
 INDEX = "specc.json"
 DAMAGE = {  # kind: [(damage, what the message names)]
     "shard": [
@@ -154,6 +164,7 @@ DAMAGE = {  # kind: [(damage, what the message names)]
         (lambda f: (f / SHARD).write_bytes(b""), SHARD),
         (lambda f: ((f / SHARD).unlink(), os.mkfifo(f / SHARD)), SHARD),  # never opened: no hang
         (lambda f: ((f / SHARD).unlink(), (f / SHARD).mkdir()), SHARD),
+        (_nan_data, "NaN"),  # a valid header over data that is not weights
     ],
     "index file": [
         (lambda f: (f / INDEX).unlink(), "no specc.json"),

@@ -158,7 +158,7 @@ def save(
         meta[GROUPS_KEY] = _json_groups(osd["param_groups"])
     path = Path(path)
     lead = not dist.is_initialized() or dist.get_rank() == 0
-    stage = _shared(folder_stage(path) if lead else None)
+    stage = _shared_stage(path, lead)
     try:
         with signals_raise():
             writer = shards.ShardWriter(stage)
@@ -198,14 +198,25 @@ def write_meta(folder: Path, meta: dict[str, Any]) -> None:
         raise err from None
 
 
-def _shared(stage: Path | None) -> Path:
-    """Rank 0's temporary folder, known to every rank."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        assert stage is not None
-        return stage
-    box = [str(stage) if stage is not None else None]
+def _shared_stage(path: Path, lead: bool) -> Path:
+    """Rank 0's temporary folder beside ``path``, known to every rank (which fail with it if it cannot be
+    made: rank 0 says why)."""
+    several = dist.is_initialized() and dist.get_world_size() > 1
+    if not several:
+        return folder_stage(path)
+    box: list[str | None] = [None]
+    failed: BaseException | None = None
+    if lead:
+        try:
+            box = [str(folder_stage(path))]
+        except BaseException as e:  # told to the other ranks before it is raised here
+            failed = e
     dist.broadcast_object_list(box, src=0)
-    return Path(str(box[0]))
+    if failed is not None:
+        raise failed
+    if box[0] is None:
+        raise SpecError("rank 0 could not create the checkpoint's temporary folder", file=str(path))
+    return Path(box[0])
 
 
 def _barrier() -> None:

@@ -268,6 +268,12 @@ class ShardReader(StorageReader):
                         t, dtype = header.tensors[fqn], self.stored[fqn].torch_dtype
                         raw = read.read_exact(f, t.start, t.end - t.start, str(path), "the checkpoint shard")
                         piece = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+                        if piece.is_floating_point() and not bool(torch.isfinite(piece).all()):
+                            raise read.ReadError(
+                                f"tensor {fqn!r} holds NaN or infinite values",
+                                file=str(path),
+                                hint="the folder is damaged; specc never writes non-finite tensors",
+                            )
                         pieces[fqn] = piece.reshape(t.shape)
                     piece = pieces[fqn]
                     box = tuple(slice(o, o + n) for o, n in zip(item.storage_offsets, item.lengths, strict=True))
