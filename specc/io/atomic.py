@@ -134,11 +134,12 @@ def atomic_files(
                 raise
             raise err from None
         finally:
-            for tmp in made:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-            if stage is not None:
-                shutil.rmtree(stage, ignore_errors=True)
+            with signals_blocked():  # a second signal waits until the temporary files are gone
+                for tmp in made:
+                    with contextlib.suppress(OSError):
+                        tmp.unlink()
+                if stage is not None:
+                    shutil.rmtree(stage, ignore_errors=True)
 
 
 def atomic_write(

@@ -176,7 +176,8 @@ def save(
                 replace_folder(stage, path, last=last)
     except BaseException:
         if lead:
-            discard_stage(stage)
+            with signals_blocked():  # a second signal (torchrun's SIGTERM after Ctrl-C) waits for the removal
+                discard_stage(stage)
         raise
     if last and not lead:  # held back until rank 0 has swapped the folder in, then ignored
         with signals_blocked():
