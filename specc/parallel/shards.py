@@ -264,21 +264,16 @@ class ShardReader(StorageReader):
             with read.open_regular(path, "a checkpoint shard") as (f, _):
                 for item in items:
                     fqn = item.storage_index.fqn
-                    if fqn not in pieces:
-                        t, dtype = header.tensors[fqn], self.stored[fqn].torch_dtype
-                        raw = read.read_exact(f, t.start, t.end - t.start, str(path), "the checkpoint shard")
-                        piece = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
-                        if piece.is_floating_point() and not bool(torch.isfinite(piece).all()):
-                            raise read.ReadError(
-                                f"tensor {fqn!r} holds NaN or infinite values",
-                                file=str(path),
-                                hint="the folder is damaged; specc never writes non-finite tensors",
-                            )
-                        pieces[fqn] = piece.reshape(t.shape)
-                    piece = pieces[fqn]
-                    box = tuple(slice(o, o + n) for o, n in zip(item.storage_offsets, item.lengths, strict=True))
+                    t, dtype = header.tensors[fqn], self.stored[fqn].torch_dtype
                     target = planner.resolve_tensor(item).detach()
-                    target.copy_(piece[box])
+                    whole = tuple(item.storage_offsets) == (0,) * len(t.shape) and tuple(item.lengths) == t.shape
+                    if whole and fqn not in pieces and target.is_contiguous() and target.dtype == dtype:
+                        _read_piece(f, t, target, path)  # straight into its place: no copy
+                    else:
+                        if fqn not in pieces:
+                            pieces[fqn] = _read_piece(f, t, torch.empty(t.shape, dtype=dtype), path)
+                        box = tuple(slice(o, o + n) for o, n in zip(item.storage_offsets, item.lengths, strict=True))
+                        target.copy_(pieces[fqn][box])
                     planner.commit_tensor(item, target)
         fut: Future[None] = Future()
         fut.set_result(None)
@@ -287,3 +282,29 @@ class ShardReader(StorageReader):
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
         return True
+
+
+def _read_piece(f: Any, t: st.TensorInfo, into: torch.Tensor, path: Path) -> torch.Tensor:
+    """The bytes of stored tensor ``t`` into the contiguous tensor ``into``, checked finite."""
+    if t.dtype != _DTYPE_NAMES.get(into.dtype) or t.end - t.start != into.nbytes:
+        raise read.ReadError(
+            f"tensor {t.name!r} changed since the folder was checked", file=str(path), hint="the folder is damaged"
+        )
+    if into.numel():
+        raw = memoryview(into.reshape(-1).view(torch.uint8).numpy())
+        read.read_into(f, t.start, raw, str(path), "the checkpoint shard")
+    if not _finite(into):
+        raise read.ReadError(
+            f"tensor {t.name!r} holds NaN or infinite values",
+            file=str(path),
+            hint="the folder is damaged; specc never writes non-finite tensors",
+        )
+    return into
+
+
+def _finite(t: torch.Tensor) -> bool:
+    """No NaN or infinity in a float tensor: its minimum and maximum (which NaN reaches) are finite; one pass."""
+    if t.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64) or t.numel() == 0:
+        return True
+    lo, hi = torch.aminmax(t)
+    return math.isfinite(float(lo)) and math.isfinite(float(hi))
