@@ -181,6 +181,25 @@ def test_unwritable_outputs_are_refused_before_training(cli, tmp_path: Path) -> 
     assert afile.read_text() == "mine"
 
 
+def test_a_checkpoint_in_a_folder_that_cannot_be_written_is_refused_before_training(cli, tmp_path: Path) -> None:
+    """An existing checkpoint folder whose parent cannot take the temporary folder (immutable here, which stops
+    root too; a read-only mount alike): refused before the first step, the old folder untouched."""
+    text, parent = _text(tmp_path), tmp_path / "locked"
+    parent.mkdir()
+    assert cli(*_train_args(text, 1, "--parallel", "dp=1", "-o", parent / "ck"))[0] == 0
+    if subprocess.run(["chattr", "+i", str(parent)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("chattr +i is not available here")
+    try:
+        code, out, err = cli(*_train_args(text, 2, "--parallel", "dp=1", "-o", parent / "ck"))
+        assert code == 2 and f"cannot write in {parent}" in err and "Traceback" not in err, err
+        assert "parameters" not in out
+        code, out, err = cli(*_train_args(text, 2, "-o", parent / "x.safetensors"))
+        assert code == 2 and f"cannot write in {parent}" in err, err
+    finally:
+        subprocess.run(["chattr", "-i", str(parent)], check=False)
+    assert _step(parent / "ck") == 1 and _temps(parent) == []
+
+
 # ---------------------------------------------------------------------------------------------- torchrun
 
 
