@@ -167,7 +167,13 @@ def read_bounded(f: BinaryIO, most: int) -> bytes:
 def read_exact(f: BinaryIO, offset: int, count: int, name: str, what: str) -> bytearray:
     """``count`` bytes at ``offset``; a file that ends sooner is truncated (a located error)."""
     buf = bytearray(count)
-    view, done = memoryview(buf), 0
+    read_into(f, offset, memoryview(buf), name, what)
+    return buf
+
+
+def read_into(f: BinaryIO, offset: int, view: memoryview, name: str, what: str) -> None:
+    """Fill ``view`` (bytes) from ``offset``; a file that ends sooner is truncated (a located error)."""
+    count, done = view.nbytes, 0
     while done < count:
         try:
             n = os.preadv(f.fileno(), [view[done:]], offset + done)
@@ -176,7 +182,6 @@ def read_exact(f: BinaryIO, offset: int, count: int, name: str, what: str) -> by
         if n == 0:
             raise _fail(f"{what} is truncated: it ends at byte {offset + done:,}, {count - done:,} bytes early", name)
         done += n
-    return buf
 
 
 def regular_file(path: str | os.PathLike[str], what: str = "a file", limit: int | None = None, **kw: Any) -> Path:

@@ -289,36 +289,43 @@ def test_writability_is_checked_before_export(cli, tmp_path: Path, monkeypatch: 
 # ---------------------------------------------------------------------------------------------- stale files
 
 
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
 def test_stale_temporary_files_of_our_naming_are_removed(tmp_path: Path) -> None:
     old = time.time() - 2 * sio.STALE_AFTER_S
-    stale_file = tmp_path / ".m.onnx.abcd1234.tmp"
+    dead = _dead_pid()
+    stale_file = tmp_path / f".m.onnx.specc-{dead}-abcd1234.tmp"
     stale_file.write_bytes(b"x")
-    stale_dir = tmp_path / ".m.onnx.zz_9yy88.tmp"
+    stale_dir = tmp_path / f".m.onnx.specc-{dead}-zz_9yy88.tmp"
     stale_dir.mkdir()
     (stale_dir / "m.onnx").write_bytes(b"x")
     (stale_dir / "m.onnx.data").write_bytes(b"x")
-    legacy = tmp_path / ".m.onnx.k2j4h5g6"  # staging folder of the previous ONNX writer
+    legacy = tmp_path / ".m.onnx.k2j4h5g6"  # a name specc ≤ 0.1 used; now a user's as much as specc's: kept
     legacy.mkdir()
     (legacy / "m.onnx").write_bytes(b"x")
-    fresh = tmp_path / ".other.py.qwer5678.tmp"  # a write in progress elsewhere: too young to touch
+    fresh = tmp_path / f".other.py.specc-{dead}-qwer5678.tmp"  # a write in progress elsewhere: too young to touch
     fresh.write_bytes(b"x")
-    keep = [tmp_path / ".hidden", tmp_path / ".notes.tmp", tmp_path / "data.tmp"]  # not our naming
+    keep = [tmp_path / ".hidden", tmp_path / ".notes.tmp", tmp_path / "data.tmp", tmp_path / ".m.onnx.abcd1234.tmp"]
     for p in keep:
         p.write_bytes(b"x")
-    busy = tmp_path / ".big.onnx.bbbb2222.tmp"  # an old staging folder whose data file is still being written
+    busy = tmp_path / f".big.onnx.specc-{dead}-bbbb2222.tmp"  # an old staging folder whose data is being written
     busy.mkdir()
     (busy / "big.onnx.data").write_bytes(b"x")
     for p in (stale_file, stale_dir, *stale_dir.iterdir(), legacy, *legacy.iterdir(), busy, *keep):
         os.utime(p, (old, old))
     sio.atomic_write(tmp_path / "out.txt", "new")
-    assert not stale_file.exists() and not stale_dir.exists() and not legacy.exists()
-    assert fresh.exists() and busy.exists() and all(p.exists() for p in keep)
+    assert not stale_file.exists() and not stale_dir.exists()
+    assert legacy.exists() and fresh.exists() and busy.exists() and all(p.exists() for p in keep)
     assert (tmp_path / "out.txt").read_text() == "new"
 
 
 def test_a_staging_folder_holding_a_link_is_left_alone(tmp_path: Path) -> None:
     old = time.time() - 2 * sio.STALE_AFTER_S
-    odd = tmp_path / ".m.onnx.abcd1234.tmp"
+    odd = tmp_path / f".m.onnx.specc-{_dead_pid()}-abcd1234.tmp"
     odd.mkdir()
     (odd / "link").symlink_to("/etc/passwd")
     os.utime(odd, (old, old))

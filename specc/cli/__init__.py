@@ -2,20 +2,22 @@
 
 Every user error -- a ``SpecError``, or a bad flag or argument caught by the option parser -- ends as one
 ``[where: ]error: message`` line (plus a ``hint:`` line where a fix is known) on stderr and exit code 2; the
-traceback only with ``--debug``. A message line longer than ``MAX_LINE`` characters (a 100 KB argument echoed
-back) is cut, saying how long it was. Every command runs in one ``specc.io.command_scope``: no output may
-replace a file the command read.
+traceback only with ``--debug``. Under torchrun every rank runs the same checks on the same files, so rank 0
+alone prints the line (the other ranks exit 2 silently). A message line longer than ``MAX_LINE`` characters
+(a 100 KB argument echoed back) is cut, saying how long it was. Every command runs in one
+``specc.io.command_scope``: no output may replace a file the command read.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
 import typer
 
 from ..errors import SpecError
-from ..io import command_scope
+from ..io import command_scope, command_signals
 from . import (  # noqa: F401  (each module registers its commands on ``app``)
     analyze_cmds,
     compile_cmd,
@@ -56,11 +58,16 @@ def _usage_message(e: _ClickError) -> str:
     return f"error: {message}{hint}"
 
 
+def _other_rank() -> bool:
+    """A torchrun rank other than 0 (whose messages rank 0 prints)."""
+    return os.environ.get("RANK", "0") != "0" and "WORLD_SIZE" in os.environ
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI in-process and return its exit code (used by ``main`` and the tests)."""
     state["debug"] = False
     try:
-        with command_scope():
+        with command_scope(), command_signals():
             # typer returns (not raises) the code of an Exit, and turns Ctrl-C into Exit(130)
             code = app(args=argv, prog_name="specc", standalone_mode=False)
         return code if isinstance(code, int) else 0
@@ -77,7 +84,8 @@ def run(argv: list[str] | None = None) -> int:
     except SpecError as e:
         if state["debug"]:
             traceback.print_exc()
-        print(shorten(e.format()), file=sys.stderr)
+        if state["debug"] or not _other_rank():
+            print(shorten(e.format()), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -50,6 +50,14 @@ def generate(
         bool,
         typer.Option("--compile", help="decode through torch.compile over a static cache (compiles first: seconds)"),
     ] = False,
+    trust_pickled_checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--trust-pickled-checkpoint",
+            help="read a checkpoint folder written by an older specc (pickled .metadata: reading it runs code the "
+            "file names; only for folders you wrote yourself)",
+        ),
+    ] = False,
     sets: SetOpt = None,
 ) -> None:
     """Generate token ids from a spec (random or given weights) or a `compile --target torch` checkpoint.
@@ -74,12 +82,12 @@ def generate(
             f"{spec} is an ONNX model; generate runs specs and torch checkpoints",
             hint=f'specc run {spec} --input-ids "{prompt_ids}" --generate {max_new_tokens}',
         )
-    if Path(spec).is_dir() and (Path(spec) / ".metadata").is_file():  # specc train --parallel -o DIR
+    if Path(spec).is_dir():  # specc train --parallel -o DIR
         from ..parallel.checkpoint import load as load_distributed
 
         if sets:
             raise SpecError("--set does not apply to a checkpoint: its spec is stored in the folder")
-        ck = load_distributed(spec)
+        ck = load_distributed(spec, trust_pickle=trust_pickled_checkpoint)
         model = build_torch(ck.spec, weights=weights or ck.weights)
     elif spec.endswith(".safetensors") and Path(spec).is_file():
         if sets:

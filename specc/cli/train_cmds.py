@@ -85,6 +85,14 @@ def train(
             "writes a distributed checkpoint folder, -o X.safetensors one gathered file"
         ),
     ] = None,
+    trust_pickled_checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--trust-pickled-checkpoint",
+            help="--resume a folder written by an older specc (pickled .metadata: reading it runs code the file "
+            "names; only for folders you wrote yourself)",
+        ),
+    ] = False,
     sets: SetOpt = None,
 ) -> None:
     """Train a seq2seq model on a synthetic task, or a decoder LM on characters; write a checkpoint."""
@@ -121,7 +129,9 @@ def train(
         if resume is not None:
             if sets:
                 raise SpecError("--set cannot change the model of a resumed checkpoint", hint="leave out --set")
-            run = resume_run(resume, flags, dev, spec=load(spec) if spec else None, mesh=mesh)
+            run = resume_run(
+                resume, flags, dev, spec=load(spec) if spec else None, mesh=mesh, trust_pickle=trust_pickled_checkpoint
+            )
             side = resume if resume.is_dir() else optimizer_path(resume)  # a folder holds its optimizer state
             if run.resumed_optimizer:
                 out.print(f"resuming {resume} at step {run.step} (optimizer state from {side})")
@@ -150,7 +160,8 @@ def train(
         )
         torch.set_grad_enabled(True)
         reporter = RichReporter() if launch.rank() == 0 else None  # None: quiet
-        final = run_training(run, reporter, save=lambda r: save_run(r, output), save_every=save_every)
+        last = run.cfg.steps  # the final checkpoint: once it is in place a signal no longer fails the run
+        final = run_training(run, reporter, save=lambda r: save_run(r, output, r.step == last), save_every=save_every)
         _summary(run, final)
     finally:
         launch.shutdown()
@@ -204,9 +215,10 @@ def _check_outputs(output: Path, spec: str | None, text: Path | None, resume: Pa
 
 
 def _check_folder(output: Path, spec: str | None, text: Path | None, resume: Path | None) -> None:
-    """A distributed checkpoint folder: a new name, or a folder that holds one already (replaced) other than
-    the one resumed (its shards would be rewritten before its specc.json could be, leaving it half new)."""
-    from ..parallel.checkpoint import is_checkpoint
+    """A distributed checkpoint folder: a new name, or a folder that holds one already (replaced whole) other
+    than the one resumed (read shard by shard while the run goes on), in a folder specc can write in."""
+    from ..io import folder_target
+    from ..parallel.checkpoint import is_checkpoint, is_legacy
 
     if spec is not None:
         note_spec(spec)
@@ -216,13 +228,14 @@ def _check_folder(output: Path, spec: str | None, text: Path | None, resume: Pat
             file=str(output),
             hint=f"write the resumed run to a new folder, e.g. -o {output.name}-2",
         )
-    if output.exists() and not (output.is_dir() and (is_checkpoint(output) or not any(output.iterdir()))):
+    if output.exists() and not (
+        output.is_dir() and (is_checkpoint(output) or is_legacy(output) or not any(output.iterdir()))
+    ):
         raise SpecError(
             f"{output} exists and is not a specc distributed checkpoint folder",
             hint="-o a new folder name, or -o X.safetensors for one gathered file",
         )
-    if not output.exists() and not output.parent.is_dir():
-        raise SpecError(f"the folder {output.parent} does not exist", file=str(output))
+    folder_target(output)
     if text is not None and text.is_file() and text.stat().st_size == 0:
         raise SpecError("the text is empty: there is nothing to train on", file=str(text))
 

@@ -8,14 +8,13 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from ..errors import SpecError
-from .signals import signals_blocked, signals_raise
+from .signals import outputs_complete, signals_blocked, signals_raise
 from .stale import clean_stale
-from .targets import TMP_SUFFIX, InputsArg, output_target, temp_prefix
+from .targets import InputsArg, output_target, temp_dir, temp_file
 
 _WRITE_ERRNOS = {
     getattr(errno, name)
@@ -87,6 +86,7 @@ def atomic_files(
     like: str | os.PathLike[str] | None = None,
     inputs: InputsArg = (),
     staging: bool = True,
+    last: bool = False,
 ) -> Iterator[list[Path]]:
     """Yields one temporary path per target; on success they replace the targets, renamed in the given order
     (put the file that refers to the others last), else they are removed.
@@ -94,6 +94,7 @@ def atomic_files(
     ``staging``: the temporary paths are ``STAGE/<target name>`` in one staging folder (needed when a file
     refers to another by name, as an ONNX model does to its external data); all targets share one folder.
     ``like``: a new target takes this file's mode (the model's, for its data file) instead of the umask's.
+    ``last``: these are the command's final outputs (``outputs_complete`` once they are in place).
     """
     given = [Path(t) for t in targets]
     real = [output_target(t, inputs=inputs, probe=False) for t in given]
@@ -107,15 +108,14 @@ def atomic_files(
     with signals_raise():
         try:
             if staging:
-                stage = Path(tempfile.mkdtemp(prefix=temp_prefix(real[-1]), suffix=TMP_SUFFIX, dir=folder))
+                stage = temp_dir(folder, real[-1])
                 tmps = [stage / p.name for p in real]
             else:
                 tmps = []
                 for p in real:
-                    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(p), suffix=TMP_SUFFIX, dir=p.parent)
-                    os.close(fd)
-                    tmps.append(Path(tmp))
-                    made.append(Path(tmp))
+                    tmp = temp_file(p.parent, p)
+                    tmps.append(tmp)
+                    made.append(tmp)
             yield tmps
             for tmp, target in zip(tmps, real, strict=True):
                 if not tmp.is_file():
@@ -126,17 +126,20 @@ def atomic_files(
             with signals_blocked():
                 for tmp, target in zip(tmps, real, strict=True):
                     os.replace(tmp, target)
+                if last:
+                    outputs_complete()
         except Exception as e:
             err = write_error(given[-1], e)
             if err is None:
                 raise
             raise err from None
         finally:
-            for tmp in made:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-            if stage is not None:
-                shutil.rmtree(stage, ignore_errors=True)
+            with signals_blocked():  # a second signal waits until the temporary files are gone
+                for tmp in made:
+                    with contextlib.suppress(OSError):
+                        tmp.unlink()
+                if stage is not None:
+                    shutil.rmtree(stage, ignore_errors=True)
 
 
 def atomic_write(
@@ -151,3 +154,115 @@ def atomic_write(
         else:
             tmp.write_text(data, encoding="utf-8")
     return Path(target)
+
+
+# ---------------------------------------------------------------------------------------------- folders
+
+
+def folder_stage(target: str | os.PathLike[str]) -> Path:
+    """A new, empty temporary folder beside the folder output ``target`` (``.NAME.specc-<pid>-XXXXXXXX.tmp``)
+    to write its new contents into; ``replace_folder`` swaps it in, ``discard_stage`` removes it."""
+    target = Path(target)
+    parent = target.parent if str(target.parent) else Path(".")
+    clean_stale(parent)
+    try:
+        return temp_dir(parent, target)
+    except OSError as e:
+        err = write_error(target, e)
+        if err is None:
+            raise
+        raise err from None
+
+
+def discard_stage(stage: Path) -> None:
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def replace_folder(stage: Path, target: str | os.PathLike[str], last: bool = False) -> Path:
+    """Put the finished folder ``stage`` in place of ``target`` by rename: a reader sees the old folder whole or
+    the new one whole, and nothing of the old one survives (no stale shard of a larger layout). Where the
+    kernel can exchange two names at once (``renameat2``), there is no moment without a ``target``; the old
+    contents are then removed. Signals are held back while the names change; ``last``: this is the
+    command's final output (``outputs_complete`` once it is in place)."""
+    target = Path(target)
+    if target.is_symlink() and target.is_dir():
+        target = Path(os.path.realpath(target))  # the folder a link names is replaced, the link stays
+    parent = target.parent if str(target.parent) else Path(".")
+    try:
+        try:
+            mode = stat.S_IMODE(os.stat(target).st_mode)
+        except FileNotFoundError:
+            mode = 0o777 & ~_umask()
+        os.chmod(stage, mode)
+        _sync_tree(stage)
+        with signals_blocked():
+            if os.path.lexists(target):
+                old = stage if _exchange(stage, target) else _move_aside(target, parent)
+                if old is not stage:
+                    try:
+                        os.rename(stage, target)
+                    except OSError:
+                        os.rename(old, target)  # the old folder back in place
+                        raise
+            else:
+                os.rename(stage, target)
+                old = None
+            if last:
+                outputs_complete()
+        _sync(parent)
+    except OSError as e:
+        discard_stage(stage)
+        err = write_error(target, e)
+        if err is None:
+            raise
+        raise err from None
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two names in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where that is not offered."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, getattr(errno, "ENOTSUP", errno.EINVAL)):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _move_aside(target: Path, parent: Path) -> Path:
+    """The old folder under a specc temporary name (so that a crash right now leaves it to the cleaner)."""
+    aside = temp_dir(parent, target)
+    os.rename(target, aside)  # onto the empty folder just made
+    return aside
+
+
+def _sync_tree(folder: Path) -> None:
+    for entry in os.scandir(folder):
+        if entry.is_file(follow_symlinks=False):
+            _sync(Path(entry.path))
+    _sync(folder)
+
+
+def _sync(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

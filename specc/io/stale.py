@@ -1,4 +1,10 @@
-"""Leftovers of killed runs (temporary files and staging folders of specc's naming), removed once they are old."""
+"""Leftovers of killed runs: specc's own temporary files and folders, removed once their process is gone.
+
+A name qualifies only in the exact form ``temp_prefix`` makes (``.NAME.specc-<pid>-XXXXXXXX.tmp``), owned by
+this user, whose process ``<pid>`` no longer exists, and untouched for ``STALE_AFTER_S`` (a process in another
+PID namespace or on another host sharing the folder looks gone from here). Anything else is never touched,
+whatever its name or age: a user's ``.notes.20240101.tmp``, ``.photos.backup_1.tmp/`` or ``.model.onnx.old/``.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +16,34 @@ import stat
 import time
 from pathlib import Path
 
+from .targets import TMP_MARK, TMP_SUFFIX
+
 STALE_AFTER_S = 3600  # leftovers of a killed run older than this are removed by the next write to the folder
-_TMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # mkstemp / mkdtemp with prefix ".NAME." and suffix ".tmp"
-_LEGACY_STAGING = re.compile(r"^\..+\.onnx\.[a-z0-9_]{8}$")  # staging folders of specc ≤ 0.1 ONNX saves
+_TMP_NAME = re.compile(rf"^\..+\.{TMP_MARK}-([1-9][0-9]{{0,9}})-[a-z0-9_]{{8}}{re.escape(TMP_SUFFIX)}$")
+
+
+def owner_pid(name: str) -> int | None:
+    """The process id in a specc temporary name, None for any other name."""
+    m = _TMP_NAME.match(name)
+    return int(m.group(1)) if m else None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts: it exists)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # exists but not ours, or cannot tell: keep
+    return True
 
 
 def clean_stale(folder: str | os.PathLike[str], older_than_s: float = STALE_AFTER_S) -> list[Path]:
-    """Remove temporary files and staging folders of specc's own naming (``.NAME.XXXXXXXX.tmp``) that a killed
-    run left in ``folder``, once they are older than ``older_than_s`` and owned by this user; returns them."""
+    """Remove specc's temporary files and folders in ``folder`` that a killed run left behind (see the module
+    docstring for what qualifies); returns them."""
     removed: list[Path] = []
     now = time.time()
     try:
@@ -26,8 +52,8 @@ def clean_stale(folder: str | os.PathLike[str], older_than_s: float = STALE_AFTE
         return removed
     uid = os.geteuid() if hasattr(os, "geteuid") else None
     for entry in entries:
-        name = entry.name
-        if not (_TMP_NAME.match(name) or _LEGACY_STAGING.match(name)):
+        pid = owner_pid(entry.name)
+        if pid is None:
             continue
         try:
             st = entry.stat(follow_symlinks=False)
@@ -36,10 +62,10 @@ def clean_stale(folder: str | os.PathLike[str], older_than_s: float = STALE_AFTE
         if uid is not None and st.st_uid != uid:
             continue
         path = Path(entry.path)
-        if now - _newest_mtime(path, st) < older_than_s:  # still being written (a long export touches its files)
+        if now - _newest_mtime(path, st) < older_than_s or process_alive(pid):
             continue
         try:
-            if stat.S_ISREG(st.st_mode) and _TMP_NAME.match(name):
+            if stat.S_ISREG(st.st_mode):
                 path.unlink()
             elif stat.S_ISDIR(st.st_mode) and _only_regular_files(path):
                 shutil.rmtree(path)

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import SpecError
 
 TMP_SUFFIX = ".tmp"
+TMP_MARK = "specc"  # temporary names: ``.NAME.specc-<pid>-XXXXXXXX.tmp`` (specc made it; <pid> owns it)
 _MAX_PREFIX = 120  # keep temporary names well under NAME_MAX however long the target's name is
 
 
@@ -129,12 +130,46 @@ def output_target(
     if st is not None:
         _check_not_input(given, (st.st_dev, st.st_ino), named, replaces)
     if probe:
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target), suffix=TMP_SUFFIX, dir=folder)
-            os.close(fd)
-            os.unlink(tmp)
-        except OSError as e:
-            raise _refuse(given, f"cannot write in {folder}: {e.strerror}", "choose a writable folder") from None
+        probe_folder(given, folder, target)
+    return target
+
+
+def probe_folder(given: Path, folder: Path, target: Path) -> None:
+    """Create and remove a temporary file in ``folder`` (a read-only mount, /proc, a folder of another user):
+    a located error before any work."""
+    try:
+        os.unlink(temp_file(folder, target))
+    except OSError as e:
+        raise _refuse(given, f"cannot write in {folder}: {e.strerror}", "choose a writable folder") from None
+
+
+def folder_target(path: str | os.PathLike[str]) -> Path:
+    """Check a folder output (a distributed checkpoint) before any work: a new name or an existing folder, in
+    a folder where specc can create the temporary folder it writes the new one into. Returns the folder that
+    will be replaced or created (a symbolic link to a folder is followed)."""
+    given = Path(path)
+    if not str(path) or given.name in ("", ".", ".."):
+        raise _refuse(given, "not a folder name", "give the path of the folder to write, e.g. out/ckpt")
+    target = given
+    try:
+        st = os.stat(given)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise _refuse(given, f"cannot write here: {e.strerror}") from None
+    if st is not None:
+        if not stat.S_ISDIR(st.st_mode):
+            raise _refuse(given, f"is {_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}, not a folder")
+        target = Path(os.path.realpath(given))
+    elif os.path.islink(given):
+        raise _refuse(given, "is a symbolic link to nothing", "give the real path to create")
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise _refuse(given, f"output folder does not exist: {folder}", "create it first, or give another path")
+    try:
+        os.rmdir(temp_dir(folder, target))
+    except OSError as e:
+        raise _refuse(given, f"cannot write in {folder}: {e.strerror}", "choose a writable folder") from None
     return target
 
 
@@ -175,4 +210,18 @@ def _check_not_input(
 
 
 def temp_prefix(target: Path) -> str:
-    return f".{target.name[:_MAX_PREFIX]}."
+    """``.NAME.specc-<pid>-``: the stale-temp cleaner (``specc.io.stale``) removes only names of this form, and
+    only once the process that made them is gone."""
+    return f".{target.name[:_MAX_PREFIX]}.{TMP_MARK}-{os.getpid()}-"
+
+
+def temp_file(folder: Path, target: Path) -> Path:
+    """A new empty temporary file for ``target`` in ``folder``, named by ``temp_prefix``."""
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target), suffix=TMP_SUFFIX, dir=folder)
+    os.close(fd)
+    return Path(tmp)
+
+
+def temp_dir(folder: Path, target: Path) -> Path:
+    """A new empty temporary folder (mode 0700) for ``target`` in ``folder``, named by ``temp_prefix``."""
+    return Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=TMP_SUFFIX, dir=folder))

@@ -4,7 +4,9 @@
 spec as JSON in the metadata), so ``specc generate`` and ``load_checkpoint`` read it as is; its metadata adds
 ``specc.train`` (JSON: task, step, vocabulary symbols, training config, evaluation history). The Adam
 moments live beside it in ``out.optim.safetensors`` (tensors ``<param>.<slot>``), which ``--resume`` reads.
-Both are written atomically, the sidecar first, and each records the step it belongs to.
+The two are replaced as a pair (``specc.io.atomic_files``: both staged, then renamed back to back with signals
+held back, the sidecar first); each records the step it belongs to, and the checkpoint records its sidecar's
+SHA-256 (``specc.optimizer.sha256``), so a reader never takes a sidecar of another write for this one.
 
 Reading goes through ``specc.interop.checkpoint`` (strict safetensors): the embedded spec is data (never a
 path, preset or ``extends:``), the training state is checked field by field against ``TrainConfig`` and the
@@ -15,6 +17,7 @@ before any training step.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -22,7 +25,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from safetensors.torch import save_file
@@ -30,12 +33,13 @@ from safetensors.torch import save_file
 from .. import __version__, read
 from ..errors import SpecError
 from ..interop import checkpoint as st
-from ..io import atomic_write
+from ..io import atomic_files
 from ..spec.serialize import SPEC_KEY, spec_json
 from .vocab import Vocab
 
 TRAIN_KEY = "specc.train"
 STEP_KEY = "specc.step"
+SIDECAR_KEY = "specc.optimizer.sha256"  # in the checkpoint's metadata: the hash of the sidecar written with it
 
 
 @dataclass(frozen=True)
@@ -62,10 +66,15 @@ def optimizer_path(path: str | Path) -> Path:
 
 
 def save(
-    path: str | Path, spec: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, train: dict[str, Any]
+    path: str | Path,
+    spec: Any,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    train: dict[str, Any],
+    last: bool = False,
 ) -> Path:
     moments = optimizer_tensors(model, optimizer) if optimizer is not None else None
-    return save_tensors(path, spec, model.state_dict(), moments, train)
+    return save_tensors(path, spec, model.state_dict(), moments, train, last=last)
 
 
 def save_tensors(
@@ -74,14 +83,28 @@ def save_tensors(
     weights: dict[str, torch.Tensor],
     moments: dict[str, torch.Tensor] | None,
     train: dict[str, Any],
+    last: bool = False,
 ) -> Path:
-    """The checkpoint from tensors by name (a model's state_dict, or one gathered from every rank)."""
+    """The checkpoint from tensors by name (a model's state_dict, or one gathered from every rank), with its
+    sidecar when ``moments`` are given; ``last``: the command's final output (``specc.io.outputs_complete``)."""
     step = str(train.get("step", 0))
-    if moments is not None:
-        atomic_write(optimizer_path(path), lambda tmp: save_file(moments, str(tmp), metadata={STEP_KEY: step}))
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
     meta = {SPEC_KEY: spec_json(spec), TRAIN_KEY: json.dumps(train), "specc.version": __version__, "format": "pt"}
-    return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
+    targets = [optimizer_path(path), Path(path)] if moments is not None else [Path(path)]
+    with atomic_files(targets, staging=False, last=last) as tmps:
+        if moments is not None:
+            save_file(moments, str(tmps[0]), metadata={STEP_KEY: step})
+            with open(tmps[0], "rb") as f:  # written here: not an input of the command
+                meta[SIDECAR_KEY] = _sha256(f)
+        save_file(tensors, str(tmps[-1]), metadata=meta)
+    return Path(path)
+
+
+def _sha256(f: BinaryIO) -> str:
+    h = hashlib.sha256()
+    for block in iter(lambda: f.read(1 << 20), b""):
+        h.update(block)
+    return h.hexdigest()
 
 
 def optimizer_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -147,16 +170,17 @@ def _read(path: Path, what: str) -> tuple[dict[str, str], dict[str, torch.Tensor
     return header.metadata, st.load_file(path, header)
 
 
-def load(path: str | Path, with_optimizer: bool = False) -> Checkpoint:
+def load(path: str | Path, with_optimizer: bool = False, trust_pickle: bool = False) -> Checkpoint:
     """Read a specc checkpoint (and its optimizer sidecar), or a distributed checkpoint folder (``specc train
-    --parallel -o DIR``) whole; anything else is a user error naming the file."""
+    --parallel -o DIR``) whole; anything else is a user error naming the file. ``trust_pickle``: read a
+    folder of an older specc (pickled)."""
     from ..spec.loader import load_embedded_spec
 
     p = Path(path)
     if p.is_dir():
         from ..parallel import checkpoint as distributed
 
-        return distributed.load(p, with_optimizer=with_optimizer)
+        return distributed.load(p, with_optimizer=with_optimizer, trust_pickle=trust_pickle)
     meta, weights = _read(p, "checkpoint")
     if SPEC_KEY not in meta:
         raise SpecError(
@@ -176,6 +200,16 @@ def load(path: str | Path, with_optimizer: bool = False) -> Checkpoint:
                 file=str(side),
                 hint="the two files belong to different runs; delete the .optim file to resume with fresh moments",
             )
+        want = meta.get(SIDECAR_KEY)  # absent in checkpoints of older specc versions
+        if want is not None:
+            with read.open_regular(side, "optimizer state") as (f, _):
+                if _sha256(f) != want:
+                    raise SpecError(
+                        "optimizer state was not written with this checkpoint (its SHA-256 is not the one recorded)",
+                        file=str(side),
+                        hint="the two files belong to different writes; delete the .optim file to resume with "
+                        "fresh moments",
+                    )
     return Checkpoint(spec, weights, train, optimizer)
 
 

@@ -128,12 +128,13 @@ def setup(
     weights: dict[str, torch.Tensor] | None = None,
     vocab: Vocab | None = None,
     mesh: Any = None,
-    shards: str | None = None,
+    shards: Any = None,
 ) -> Run:
     """Build the task data, the model and the optimizer (``weights`` / ``vocab`` when resuming); with a
     ``mesh`` the model is parallelized over it and each dp rank trains on its rows of every global batch;
-    ``shards``: a distributed checkpoint folder each rank reads its shards of the weights and the optimizer
-    state from (``run.resumed_optimizer`` says whether it held the latter)."""
+    ``shards``: a distributed checkpoint folder (``specc.parallel.checkpoint.open_folder``, checked) each rank
+    reads its shards of the weights and the optimizer state from (``run.resumed_optimizer`` says whether it
+    held the latter)."""
     check_config(cfg)
     if mesh is not None and cfg.batch % mesh["dp"].size():
         raise SpecError(f"--batch {cfg.batch} is not divisible by dp={mesh['dp'].size()}", hint="the global batch")

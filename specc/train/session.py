@@ -27,15 +27,24 @@ def new_run(spec: Any, cfg: TrainConfig, device: torch.device, mesh: Any = None)
 
 
 def resume_run(
-    path: str | Path, overrides: dict[str, Any], device: torch.device, spec: Any = None, mesh: Any = None
+    path: str | Path,
+    overrides: dict[str, Any],
+    device: torch.device,
+    spec: Any = None,
+    mesh: Any = None,
+    trust_pickle: bool = False,
 ) -> Run:
     """Continue a checkpoint: its spec, task and settings, with ``overrides`` (flags given) on top; with a
     ``mesh``, parallelized over it (any layout: checkpoints hold the single-process layout; a distributed
-    checkpoint folder is read shard by shard, never whole)."""
+    checkpoint folder is read shard by shard, never whole). ``trust_pickle``: a folder of an older specc."""
     from ..parallel import checkpoint as distributed
 
-    sharded = mesh is not None and distributed.is_checkpoint(path)
-    ck = distributed.load(path, weights=False) if sharded else C.load(path, with_optimizer=True)
+    sharded = mesh is not None and Path(path).is_dir()
+    folder = distributed.open_folder(path, trust_pickle) if sharded else None  # checked once, read by every rank
+    if folder is not None:
+        ck = distributed.load(folder, weights=False)
+    else:
+        ck = C.load(path, with_optimizer=True, trust_pickle=trust_pickle)
     if not ck.train or "config" not in ck.train:
         raise SpecError(
             "this checkpoint holds no training state to resume",
@@ -53,7 +62,7 @@ def resume_run(
     if task is not None and task != saved["task"]:
         raise SpecError(f"the checkpoint was trained on task {saved['task']}, not {task}", file=str(path))
     cfg = replace(TrainConfig(**saved), **{k: v for k, v in overrides.items() if v is not None})
-    weights, shards = (None, str(path)) if sharded else (ck.weights, None)
+    weights, shards = (None, folder) if folder is not None else (ck.weights, None)
     run = setup(ck.spec, cfg, device, weights=weights, vocab=ck.vocab, mesh=mesh, shards=shards)
     if run.vocab != ck.vocab:
         raise SpecError("the checkpoint's vocabulary does not match its task", file=str(path))
@@ -75,7 +84,8 @@ def resume_run(
     return run
 
 
-def save_run(run: Run, path: str | Path) -> Path:
+def save_run(run: Run, path: str | Path, last: bool = False) -> Path:
+    """``last``: the run's final checkpoint (a signal after it is in place no longer fails the command)."""
     state = {
         "task": run.cfg.task,
         "step": run.step,
@@ -84,23 +94,31 @@ def save_run(run: Run, path: str | Path) -> Path:
         "history": run.history,
     }
     if run.mesh is None:
-        return C.save(path, run.spec, run.model, run.optimizer, state)
-    return save_parallel(run, path, state)
+        return C.save(path, run.spec, run.model, run.optimizer, state, last=last)
+    return save_parallel(run, path, state, last=last)
 
 
-def save_parallel(run: Run, path: str | Path, state: dict[str, Any]) -> Path:
+def save_parallel(run: Run, path: str | Path, state: dict[str, Any], last: bool = False) -> Path:
     """From every rank: ``*.safetensors`` gathers the weights and Adam moments, which rank 0 writes as the
     single-process checkpoint and sidecar; any other path is a distributed checkpoint folder (each rank
     writes its shards of the weights and the optimizer state)."""
     import torch.distributed as dist
 
+    from ..io import outputs_complete
+    from ..io.signals import signals_blocked
     from ..parallel import checkpoint as distributed
 
     if not str(path).endswith(".safetensors"):
-        return distributed.save(run.model, path, run.spec, state, run.optimizer)
+        return distributed.save(run.model, path, run.spec, state, run.optimizer, last=last)
     weights = distributed.full_state_dict(run.model)
     moments = distributed.full_optimizer_tensors(run.model, run.optimizer)
     if dist.get_rank() == 0:
-        C.save_tensors(path, run.spec, weights, moments, state)
-    dist.barrier()
+        C.save_tensors(path, run.spec, weights, moments, state, last=last)
+        dist.barrier()
+    elif last:  # held back until rank 0 has the pair in place, then ignored
+        with signals_blocked():
+            dist.barrier()
+            outputs_complete()
+    else:
+        dist.barrier()
     return Path(path)
