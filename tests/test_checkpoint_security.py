@@ -60,11 +60,12 @@ def _refused(result: tuple[int, str, str], *needles: str) -> str:
 
 
 def _paths(cli: Any, folder: Path, tmp_path: Path, *more: str) -> list[tuple[int, str, str]]:
-    """The three commands that read a folder: generate, resume in one process, resume on a mesh."""
+    """The commands that read a folder: generate, resume in one process, resume on a mesh, attention-map."""
     return [
         cli("generate", folder, "-p", "1 2", "-n", "2", *more),
         cli("train", "--resume", folder, "--steps", "3", "--device", "cpu", "-o", tmp_path / "o.safetensors", *more),
         cli("train", "--resume", folder, "--steps", "3", "--parallel", "dp=1", "-o", tmp_path / "o", *more),
+        cli("attention-map", folder, "-i", "1 2", "-o", tmp_path / "map.png", *more),
     ]
 
 

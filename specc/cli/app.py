@@ -39,6 +39,14 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", "-s", help="override a spec key: --set blocks=6 --set attention.heads=8"),
 ]
+TrustPickleOpt = Annotated[
+    bool,
+    typer.Option(
+        "--trust-pickled-checkpoint",
+        help="read a checkpoint folder written by an older specc (pickled .metadata: reading it runs code the file "
+        "names; only for folders you wrote yourself)",
+    ),
+]
 
 
 def _version(value: bool) -> None:

@@ -9,7 +9,7 @@ import typer
 
 from ..errors import SpecError, check_ids
 from . import limits
-from .app import SetOpt, SpecArg, app, load, out
+from .app import SetOpt, SpecArg, TrustPickleOpt, app, load, out
 
 
 def _ids(text: str) -> list[int]:
@@ -50,14 +50,7 @@ def generate(
         bool,
         typer.Option("--compile", help="decode through torch.compile over a static cache (compiles first: seconds)"),
     ] = False,
-    trust_pickled_checkpoint: Annotated[
-        bool,
-        typer.Option(
-            "--trust-pickled-checkpoint",
-            help="read a checkpoint folder written by an older specc (pickled .metadata: reading it runs code the "
-            "file names; only for folders you wrote yourself)",
-        ),
-    ] = False,
+    trust_pickled_checkpoint: TrustPickleOpt = False,
     sets: SetOpt = None,
 ) -> None:
     """Generate token ids from a spec (random or given weights) or a `compile --target torch` checkpoint.

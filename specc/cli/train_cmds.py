@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..errors import SpecError
 from . import limits
-from .app import SetOpt, app, err, load, note_spec, out
+from .app import SetOpt, TrustPickleOpt, app, err, load, note_spec, out
 from .app import output as check_output
 
 
@@ -85,14 +85,7 @@ def train(
             "writes a distributed checkpoint folder, -o X.safetensors one gathered file"
         ),
     ] = None,
-    trust_pickled_checkpoint: Annotated[
-        bool,
-        typer.Option(
-            "--trust-pickled-checkpoint",
-            help="--resume a folder written by an older specc (pickled .metadata: reading it runs code the file "
-            "names; only for folders you wrote yourself)",
-        ),
-    ] = False,
+    trust_pickled_checkpoint: TrustPickleOpt = False,
     sets: SetOpt = None,
 ) -> None:
     """Train a seq2seq model on a synthetic task, or a decoder LM on characters; write a checkpoint."""
@@ -274,6 +267,7 @@ def attention_map(
     layer: Annotated[int | None, typer.Option(help="cross-attention layer (0-based) [last]")] = None,
     head: Annotated[int | None, typer.Option(help="attention head [mean over heads]")] = None,
     average: Annotated[bool, typer.Option("--average", help="mean over every layer and head")] = False,
+    trust_pickled_checkpoint: TrustPickleOpt = False,
 ) -> None:
     """Heat-map of cross-attention weights: rows = output tokens (greedy), columns = input tokens."""
     from ..io import image_format
@@ -287,7 +281,7 @@ def attention_map(
     image_format(output)
     check_output(output, (checkpoint, f"the checkpoint {checkpoint}"))
     limits.argument_length(input, "--input", 16 * limits.MAX_TRAIN_LEN)
-    ck = C.load(checkpoint)
+    ck = C.load(checkpoint, trust_pickle=trust_pickled_checkpoint)
     graph = lower(ck.spec)
     if objective(graph) != SEQ2SEQ:
         raise SpecError(f"{graph.meta['name']} is a decoder LM: it has no cross-attention", file=str(checkpoint))
