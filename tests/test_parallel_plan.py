@@ -126,7 +126,7 @@ def test_impossible_layouts_are_located_errors(cli: Cli, tmp_path: Path) -> None
     )
     cases = {
         "tp=4,pp=1,dp=1": f"{spec}:7:23: error: KV heads 2 are not divisible by tp=4",
-        "tp=1,pp=2,dp=1": f"{spec}:6:1: error: 3 blocks are not divisible by pp=2",
+        "tp=1,pp=4,dp=1": f"{spec}:6:1: error: 3 blocks cannot fill pp=4 pipeline stages",
         "tp=1,pp=1,dp=2,ep=2": f"{spec}:8:7: error: ep=2: expert parallelism needs a MoE MLP",
         "tp=1,pp=1,dp=1,cp=3": "error: --parallel: sequence length 64 is not divisible by cp=3",
         "tp=2,pp=1,dp=2,tp=2": "error: --parallel: tp is given twice",
