@@ -73,7 +73,7 @@ def test_plan_json_and_table(cli: Cli) -> None:
     for p in d["plans"]:
         assert {"tp", "pp", "dp", "ep", "cp", "zero", "micro_batch", "memory", "step_time", "mfu"} <= set(p)
         assert p["tp"] * p["pp"] * p["dp"] * p["cp"] == 8
-        assert set(p["memory"]) == {"weights", "gradients", "optimizer_states", "activations", "kv_cache", "total"}
+        assert {"weights", "gradients", "optimizer_states", "activations", "kv_cache", "total"} <= set(p["memory"])
     code, out, _ = cli("analyze", "gpt2", "--plan", "--devices", "4", "--global-batch", "8")
     assert code == 0 and "Plans for 4 × H100 SXM" in out and "step time" in out
 

@@ -104,7 +104,15 @@ class Estimator:
         return self._weights[key]
 
     def memory(self, lay: Layout, t: Training, micro_batches: int) -> list[dict[str, int]]:
-        return stage_memory(self.prof, self.weights(lay), lay, t, micro_batches, self.prof.training)
+        return stage_memory(self.prof, self.weights(lay), lay, t, micro_batches, self.prof.training, None,
+                            *self._memory_model(t))  # fmt: skip
+
+    def _memory_model(self, t: Training) -> tuple[str, Any]:
+        """The attention kernel (flag, else the device profile's; without a device the materialised scores of
+        Korthikanti's accounting) and the runtime's own memory (device profile data)."""
+        if self.device is None:
+            return t.attention or "math", None
+        return t.attention or self.device.attention, self.device.runtime
 
     def peak_memory(self, lay: Layout, t: Training, micro_batches: int) -> int:
         """The most memory any device of the layout needs (only stages unlike an earlier one are evaluated)."""
@@ -113,7 +121,7 @@ class Estimator:
             self._representatives[key] = representatives(self.prof, self.weights(lay), lay.pp)
         only = self._representatives[key]
         return max(s["total"] for s in stage_memory(self.prof, self.weights(lay), lay, t, micro_batches,
-                                                    self.prof.training, only))  # fmt: skip
+                                                    self.prof.training, only, *self._memory_model(t)))  # fmt: skip
 
     def comms(self, lay: Layout, t: Training, m: int) -> list[dict[str, dict[str, float]]]:
         """Per stage, group → collective → bytes; a stage holding what another holds shares its dict."""
@@ -179,7 +187,8 @@ class Estimator:
                 exposed["ep"] = link.seconds(*strides["ep"], sum(groups["ep"].values()) / m, 4 * (lay.ep - 1))
                 notes["ep"] = "exposed: dispatch and combine wait for the router and the experts"
             if "pp" in groups:
-                exposed["pp"] = link.seconds(*strides["pp"], sum(groups["pp"].values()) / m, 2)
+                chunks = t.virtual_stages if t.schedule == "interleaved-1f1b" else 1  # a send per model chunk
+                exposed["pp"] = chunks * link.seconds(*strides["pp"], sum(groups["pp"].values()) / m, 2)
                 notes["pp"] = "exposed: each micro-batch's boundary send/receive sits between its stage slots"
             slot = st.total + sum(exposed.values())
             slots.append(slot)
@@ -210,8 +219,11 @@ class Estimator:
             else:
                 total = link.seconds(*strides["dp"], sum(dp.values()), 2 * (n - 1) * _buckets(sum(dp.values())))
                 tail = total / _buckets(sum(dp.values()))
-                e = max(total - st.backward, tail)
-                note = "gradient sync bucketed and overlapped with the last micro-batch's backward"
+                if t.dp_overlap:
+                    e = max(total - st.backward, tail)
+                    note = "gradient sync bucketed and overlapped with the last micro-batch's backward"
+                else:
+                    e, note = total, "gradient sync after the backward pass (not overlapped)"
             if e >= dp_exposed:
                 dp_exposed, dp_note = e, note
         step = pipeline + dp_exposed + opt

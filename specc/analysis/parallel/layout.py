@@ -71,6 +71,7 @@ class Training:
     virtual_stages: int = 1  # model chunks per device (interleaved-1f1b)
     attention: str | None = None  # flash | math; None: the device profile's default
     async_tp: bool = False  # tensor-parallel collectives overlapped with the GEMMs next to them
+    dp_overlap: bool = True  # gradient sync overlapped with backward (torch DDP, FSDP); False: after it
 
 
 def parse_layout(text: str) -> Layout:

@@ -54,6 +54,7 @@ class OpProfile:
     gemm: tuple[int, int] = (0, 0)  # linear: (in, out) features; attention: (head_dim, head_dim)
     role: str = ""  # column | row | vocab | replicated (how tp splits the GEMM)
     keys: int = 0  # attention: keys each query attends over (before any mask)
+    out_bytes: int = 0  # bytes of the op's output (batch 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,6 +78,9 @@ class Stage:
     kv_bytes: int
     routed: int
     boundary: int  # the residual stream one micro-batch sends to the next stage
+    flash_saving: int = 0  # what a fused attention kernel does not keep of the materialised scores (sharded)
+    op_sharded: int = 0  # recompute op: matmul outputs kept, split by tp (column linears, attention cores)
+    op_replicated: int = 0  # … and those whole on each tp rank (row-parallel outputs)
 
 
 def _stage(ops: Counter[OpProfile], key: int) -> Stage:
@@ -102,6 +106,9 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         total("kv_bytes"),
         total("routed"),
         max((p.block_input for p, _ in items), default=0),
+        sum(c * (p.saved_sharded - p.saved_flash) for p, c in items if p.attention),
+        sum(c * p.out_bytes for p, c in items if p.in_block and (p.attention or (p.matmul and p.role == "column"))),
+        sum(c * p.out_bytes for p, c in items if p.in_block and p.matmul and p.role == "row"),
     )
 
 
@@ -222,6 +229,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     saved_flash=c.mem.fused if op.kind == "attention" else 0,
                     gemm=gemm,
                     role=role,
+                    out_bytes=width,
                     keys=(ins[1][1] if op.attrs.get("cross") else ins[0][1]) if op.kind == "attention" else 0,
                 ),
             )
