@@ -122,7 +122,7 @@ def test_overflowing_profile_number_is_one_located_line(cli: Cli, tmp_path: Path
     assert code == 2 and err.startswith(f"{link}:2:") and "Traceback" not in err
     bad = tmp_path / "eff.yaml"
     bad.write_text("peak_flops: {fp16: 1e12}\nbandwidth: 1e12\nmemory: 1e9\nefficiency: {overlap: 1.5}\n")
-    with pytest.raises(SpecError, match="overlap = 1.5 is outside"):
+    with pytest.raises(SpecError, match=r"overlap = 1\.5 is outside"):
         load_device(str(bad))
 
 
