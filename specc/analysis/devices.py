@@ -289,3 +289,31 @@ def _read(doc: Located, path: tuple[str, ...], value: Any, kind: str, problems: 
         )
         return 1.0
     return x
+
+
+def device_yaml(dev: Device, header: str = "") -> str:
+    """A device profile as YAML that ``load_device`` reads back to the same Device."""
+    import yaml
+
+    eff = dev.efficiency
+    doc: dict[str, Any] = {
+        "name": dev.name,
+        "peak_flops": {k: float(v) for k, v in dev.peak_flops.items()},
+        "vector_flops": float(dev.vector_flops),
+        "bandwidth": float(dev.bandwidth),
+        "memory": int(dev.memory),
+        "source": dev.source,
+        "efficiency": {
+            "matmul": {"max": eff.matmul.max, "knee": eff.matmul.knee},
+            "dim_knee": eff.dim_knee,
+            "vector": {"max": eff.vector.max, "knee": eff.vector.knee},
+            "memory": {"max": eff.memory.max, "knee": eff.memory.knee},
+            "overlap": eff.overlap,
+            "kernel_overhead": eff.kernel_overhead,
+        },
+        "attention": dev.attention,
+        "runtime": dev.runtime.to_dict(),
+        "sources": dict(dev.sources),
+    }
+    body = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120)
+    return "".join(f"# {line}\n" for line in header.splitlines()) + body

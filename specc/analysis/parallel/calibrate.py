@@ -103,13 +103,13 @@ def fit(
     unknown = [n for n in names if n not in PARAMETERS]
     if unknown:
         raise SpecError(f"cannot fit '{unknown[0]}'", hint=f"fit any of {', '.join(PARAMETERS)}")
+    cache: dict[str, Any] = {}
+    before = residuals(runs, dev, link, cache)  # first: every run is checked against its model
     if len(runs) < len(names) + 1:
         raise SpecError(
             f"{len(runs)} runs cannot determine {len(names)} parameters",
             hint=f"give at least {len(names) + 1} runs, or fit fewer parameters",
         )
-    cache: dict[str, Any] = {}
-    before = residuals(runs, dev, link, cache)
 
     def loss(u: list[float]) -> float:
         d, lk = apply(dev, link, {n: _from_unit(n, x) for n, x in zip(names, u, strict=True)})

@@ -148,3 +148,19 @@ def _tiers(doc: Located, data: dict, key: str, kind: str, lo: float, hi: float, 
             raise SpecError([doc.loc((key, tier)).diag(f"{key}.{tier} = {x:.3g} is outside {lo:g}…{hi:g}")])
         out.append(x)
     return (out[0], out[1])
+
+
+def interconnect_yaml(link: Interconnect, header: str = "") -> str:
+    import yaml
+
+    doc = {
+        "name": link.name,
+        "devices_per_node": link.devices_per_node,
+        "intra_node": float(link.intra_node),
+        "inter_node": float(link.inter_node),
+        "latency": dict(zip(TIERS, link.latency, strict=True)),
+        "efficiency": dict(zip(TIERS, link.efficiency, strict=True)),
+        "source": link.source,
+    }
+    body = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120)
+    return "".join(f"# {line}\n" for line in header.splitlines()) + body

@@ -174,10 +174,13 @@ def read_runs(path: str | Path) -> list[Run]:
                 raise _err(here, "more fields than the header names")
             rows.append(({k: v for k, v in r.items() if v not in (None, "")}, here))
     else:
-        doc = parse(text, str(p))  # JSON is YAML: the same reader keeps each key's line and column
+        # JSON is YAML: the same reader keeps each key's line and column (a bare list is read as the rows of a
+        # mapping opened on its first line, so its lines keep their numbers)
+        bare = text.lstrip().startswith("[")
+        doc = parse('{"rows": ' + text + "}" if bare else text, str(p))
         data = doc.data
-        base: tuple[Any, ...] = ("rows",) if isinstance(data, dict) else ()
-        items = data.get("rows") if isinstance(data, dict) else data
+        base: tuple[Any, ...] = ("rows",)
+        items = data.get("rows") if isinstance(data, dict) else None
         if not isinstance(items, list):
             raise SpecError([doc.loc(()).diag('a runs file is a list of runs or {"rows": [...]}')])
         for i, r in enumerate(items):
