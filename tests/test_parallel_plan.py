@@ -161,7 +161,7 @@ def test_interconnect_profiles(cli: Cli, tmp_path: Path) -> None:
     args = ["analyze", "gpt2", "--set", "blocks=2", "--parallel", "tp=4,pp=1,dp=4", "--device", "h100", "-f", "json"]
     fast = json.loads(cli(*args, "--interconnect", "nvlink")[1])["parallel"]
     slow = json.loads(cli(*args, "--interconnect", "pcie")[1])["parallel"]
-    assert fast["comm"] == slow["comm"] and fast["time"]["tp"] * 450 / 64 == pytest.approx(slow["time"]["tp"])
+    assert fast["comm"] == slow["comm"] and fast["time"]["tp"] * 2 < slow["time"]["tp"]  # (nvlink: efficiency, latency)
     bad = tmp_path / "link.yaml"
     bad.write_text("devices_per_node: 8\nintra_node: fast\ninter_node: 50 GB/s\n")
     code, _, err = cli(*args, "--interconnect", str(bad))

@@ -55,15 +55,18 @@ class Interconnect:
         return 0 if stride * size <= self.devices_per_node else 1
 
     def bandwidth(self, stride: int, size: int) -> float:
+        """The link bandwidth of the group's tier (bytes/s per device, each direction)."""
+        return (self.intra_node, self.inter_node)[self.tier(stride, size)]
+
+    def achieved(self, stride: int, size: int) -> float:
         """Bytes/s a collective reaches on the group (link bandwidth × efficiency of its tier)."""
-        t = self.tier(stride, size)
-        return (self.intra_node, self.inter_node)[t] * self.efficiency[t]
+        return self.bandwidth(stride, size) * self.efficiency[self.tier(stride, size)]
 
     def seconds(self, stride: int, size: int, nbytes: float, steps: float) -> float:
         """``steps`` latencies plus the bytes at the tier's achieved bandwidth."""
         if nbytes <= 0:
             return 0.0
-        return steps * self.latency[self.tier(stride, size)] + nbytes / self.bandwidth(stride, size)
+        return steps * self.latency[self.tier(stride, size)] + nbytes / self.achieved(stride, size)
 
     def to_dict(self) -> dict[str, Any]:
         return {

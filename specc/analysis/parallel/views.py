@@ -102,9 +102,10 @@ def _time_section(c: LayoutCost) -> Section:
     def add(name: str, v: float, what: str) -> None:
         s.add(name, fmt.seconds(v), f"{100 * v / total:.1f}%", what)
 
+    what = {"matmul": "linear layers (GEMMs)", "attention": "attention cores"}
+    what["memory_bound"] = "norms, activations, residuals, embeddings"
     for cat, v in sorted(b["compute_by_category"].items(), key=lambda kv: -kv[1]):
-        add(f"compute:{cat}", v, {"matmul": "linear layers (GEMMs)", "attention": "attention cores",
-                                   "memory_bound": "norms, activations, residuals, embeddings"}.get(cat, ""))  # fmt: skip
+        add(f"compute:{cat}", v, what.get(cat, ""))
     add("memory-bound ops", b["memory_bound"], "of the compute above: ops whose traffic outlasts their FLOPs")
     for k, v in b["passes"].items():
         add(f"pass:{k}", v, "")
