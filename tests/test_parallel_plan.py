@@ -7,8 +7,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 import specc
 from specc.analysis import analyze
 from specc.analysis.parallel import Layout, Training
