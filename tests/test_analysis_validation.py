@@ -1,6 +1,6 @@
 """The analyzer against published measured runs (tests/data/public_runs.json): Korthikanti et al. 2022 Table 5
 (iteration time) and Narayanan et al. 2021 Table 1 (TFLOP/s per GPU, converted to seconds with their eq. 3),
-predicted with the shipped a100 + nvlink-a100 profiles (fitted by bench/fit_public_runs.py --all)."""
+predicted with the shipped a100 + nvlink-a100 profiles (fitted by bench/fit_public_runs.py --fit all)."""
 
 from __future__ import annotations
 
