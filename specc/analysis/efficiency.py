@@ -6,7 +6,9 @@ An op of ``F`` matmul FLOPs, ``V`` vector FLOPs and ``Q`` bytes of memory traffi
     memory  = Q / (bandwidth · e_mem(Q))
     time    = max(compute, memory) + (1 − overlap) · min(compute, memory) + kernels · kernel_overhead
 
-with saturating curves ``e(x) = max · x / (x + knee)`` (small ops run far below the peak, large ones approach
+A backward pass runs two GEMMs of the forward's size per matmul (input and weight gradient) at ``backward`` ×
+the forward's rate (a weight gradient reduces over the tokens: a long inner dimension, a small output).
+Saturating curves ``e(x) = max · x / (x + knee)`` (small ops run far below the peak, large ones approach
 ``max``) and for matmuls a shape factor ``d / (d + dim_knee)`` on the smallest GEMM dimension ``d`` (a
 head_dim of 64 fills the tensor cores less than a width of 8192). ``overlap`` = 1 is the roofline (compute and
 memory traffic fully overlap), 0 is Calculon's ``no_overlap`` mode (they add). All numbers are device profile
@@ -50,6 +52,7 @@ class Efficiency:
     memory: Curve = field(default_factory=Curve)
     overlap: float = 1.0  # 1: max(compute, memory); 0: compute + memory
     kernel_overhead: float = 0.0  # seconds per kernel launch (and the gap between kernels)
+    backward: float = 1.0  # backward GEMMs' rate / the forward's (weight gradients reduce over the tokens)
 
     def matmul_rate(self, peak: float, flops: float, dim: float) -> float:
         shape = 1.0 if self.dim_knee <= 0 or dim <= 0 else dim / (dim + self.dim_knee)
@@ -92,6 +95,7 @@ class Efficiency:
             "memory": self.memory.to_dict(),
             "overlap": self.overlap,
             "kernel_overhead": self.kernel_overhead,
+            "backward": self.backward,
         }
 
 

@@ -70,3 +70,38 @@ def calibrate(
         )
     errs = [abs(a.error) for a in result.after]
     out.print(f"mean |residual| {100 * sum(errs) / len(errs):.1f}%, max {100 * max(errs):.1f}%; wrote {output}")
+
+
+@app.command("profile-device")
+def profile_device(
+    output: Annotated[str, typer.Option("--output", "-o", help="the device profile to write (YAML)")],
+    device: Annotated[str, typer.Option("--device", "-d", help="cpu | cuda (default: cpu)")] = "cpu",
+    threads: Annotated[int | None, typer.Option("--threads", help="CPU threads for torch (default: all)")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="shorter timings (noisier)")] = False,
+) -> None:
+    """Measure this machine (GEMM rate by size and shape, memory bandwidth by size, launch overhead, runtime
+    memory) into a device profile for ``specc analyze --device``."""
+    import torch
+
+    from ..analysis.devices import device_yaml
+    from ..analysis.measure import measure
+    from ..io import atomic_write
+    from ..train import loop as _loop  # noqa: F401  (loaded as `specc train` loads it: the runtime context)
+    from . import limits
+
+    limits.bounded(threads, "--threads", 1, 4096)
+    if device not in ("cpu", "cuda"):
+        raise SpecError(f"--device {device} is unknown", hint="cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecError("--device cuda: no CUDA GPU is visible to torch", hint="use --device cpu")
+    m = measure(device, quick=quick, threads=threads)
+    d = m.device
+    atomic_write(output, device_yaml(d, f"{d.name}: {d.source}"))
+    eff = d.efficiency
+    out.print(f"{d.name}: {d.source}")
+    for dt, p in d.peak_flops.items():
+        out.print(f"  peak {dt}: {p / 1e9:.1f} GFLOP/s")
+    out.print(f"  matmul efficiency {eff.matmul.max:.2f} · F/(F + {eff.matmul.knee:.3g}); dim_knee {eff.dim_knee:.1f}")
+    out.print(f"  memory bandwidth {d.bandwidth / 1e9:.1f} GB/s, knee {eff.memory.knee:.3g} B")
+    out.print(f"  vector {d.vector_flops / 1e9:.1f} GFLOP/s, kernel overhead {eff.kernel_overhead * 1e6:.1f} us")
+    out.print(f"  runtime context {d.runtime.context / 2**20:.0f} MiB; wrote {output}")

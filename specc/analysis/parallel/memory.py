@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..memory import ADAM_STATES
@@ -66,6 +67,20 @@ def activations_per_microbatch(
     return _div(sharded * b, tp * cp) + _div(st.saved_replicated * b, rep_div)
 
 
+def recompute_transient(prof: GraphProfile, stage: int, lay: Layout, t: Training, attention: str = "math") -> int:
+    """Bytes a recomputing backward holds on top of what was kept: one block's activations as the policy
+    regenerates them (its full set for ``full``, the recomputed part for ``selective`` and ``op``)."""
+    if t.recompute == "none":
+        return 0
+    st = prof.stages(lay.pp)[stage]
+    blocks = sum(c for p, c in st.ops if p.attention and p.in_block)
+    if not blocks:
+        return 0
+    none = activations_per_microbatch(prof, stage, lay, replace(t, recompute="none"), attention)
+    kept = activations_per_microbatch(prof, stage, lay, t, attention)
+    return max(0, none - kept) // blocks
+
+
 def in_flight(stage: int, lay: Layout, t: Training, micro_batches: int) -> float:
     """Micro-batches whose activations a stage holds at its peak, by schedule: GPipe all of them; 1F1B and
     ZB-H1 min(pp − stage, M) (Narayanan et al. 2021; Qi et al. 2023); interleaved 1F1B Megatron-LM's warm-up
@@ -114,7 +129,8 @@ def stage_memory(
         if training:
             items = model_states(dense, expert, prof.elem_bytes, t.zero, n_dense, n_expert)
             held = in_flight(s, lay, t, micro_batches)
-            items["activations"] = round(held * activations_per_microbatch(prof, s, lay, t, attention))
+            kept = held * activations_per_microbatch(prof, s, lay, t, attention)
+            items["activations"] = round(kept) + recompute_transient(prof, s, lay, t, attention)
             items["kv_cache"] = 0
         else:
             items = {"weights": (dense + expert) * prof.elem_bytes, "gradients": 0, "optimizer_states": 0}

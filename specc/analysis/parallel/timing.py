@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..devices import Device
-from ..efficiency import Efficiency
+from ..efficiency import Efficiency, combine
 from .layout import Layout, Training
 from .profile import GraphProfile, OpProfile, Stage
 
@@ -73,7 +73,7 @@ def _gemm_dim(p: OpProfile, tokens: float, tp: int) -> float:
 
 
 def _forward(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float, tp: int) -> tuple[float, ...]:
-    """(seconds, compute, memory, matmul FLOPs) of one forward of the op on one device."""
+    """(seconds, compute, memory, matmul seconds, kernels) of one forward of the op on one device."""
     mm = p.matmul * b / div
     traffic = p.io * b / div + p.weights_read * r.weight_bytes / wdiv
     kernels = 1.0
@@ -84,19 +84,22 @@ def _forward(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float,
         traffic += p.scores * b / div * r.weight_bytes * passes
         kernels = 4.0 + p.attn_dropout
     other = p.other * b / div
-    total, c, m = r.eff.seconds(r.peak, r.vector, r.bandwidth, mm, other, traffic, _gemm_dim(p, tokens, tp), kernels)
-    return total, c, m, mm
+    dim = _gemm_dim(p, tokens, tp)
+    total, c, m = r.eff.seconds(r.peak, r.vector, r.bandwidth, mm, other, traffic, dim, kernels)
+    mm_s = mm / r.eff.matmul_rate(r.peak, mm, dim) if mm else 0.0
+    return total, c, m, mm_s, kernels
 
 
 def op_time(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float, tp: int, t: Training,
             training: bool) -> OpTime:  # fmt: skip
-    fwd, c, m, _ = _forward(p, r, b, div, wdiv, tokens, tp)
+    fwd, c, m, mm_s, kernels = _forward(p, r, b, div, wdiv, tokens, tp)
     out = OpTime(forward=fwd, compute=c, memory=m)
     if not training:
         return out
     scale = FLASH_BACKWARD if p.attention and r.attention == "flash" else 2.0
-    out.backward = scale * fwd
-    out.compute += scale * c
+    bc = scale * (c + mm_s * (1.0 / r.eff.backward - 1.0))  # the GEMMs at the backward's rate
+    out.backward = combine(bc, scale * m, r.eff.overlap) + 2 * kernels * r.eff.kernel_overhead
+    out.compute += bc
     out.memory += scale * m
     again = (
         (t.recompute == "full" and p.in_block)
