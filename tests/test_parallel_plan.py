@@ -26,20 +26,21 @@ def test_narayanan_gpt3_flops_formula() -> None:
     assert B * (4 * layers + 3 * mm["lm_head"]) == 96 * B * s * L * h * h + 16 * B * s * s * L * h + 6 * B * s * h * V
 
 
-def test_narayanan_gpt3_layout_fits_and_bounds_the_step() -> None:
-    """Table 1 of Narayanan et al. 2021: GPT-3 175B on 1536 A100s as tp=8, pp=16, dp=12, batch 1536,
-    micro-batch 1, full recompute, 138 TFLOP/s per GPU achieved. The layout fits 80 GB; the estimate (roofline
-    per op, no kernel inefficiency) lies under the measured iteration time and within a factor 2.5 of it."""
+def test_narayanan_gpt3_layout_fits_and_predicts_the_step() -> None:
+    """Narayanan et al. 2021: GPT-3 175B on 1536 A100s as tp=8, pp=16, dp=12, batch 1536, micro-batch 1, full
+    recompute, 138 TFLOP/s per GPU achieved. The layout fits 80 GB; the estimate (the a100 profile's efficiency
+    model, Megatron's unfused attention and dropout 0.1) lies within 12% of the measured iteration time. (It
+    used to be asserted below the measurement: kernels at peak, the optimism this model replaced.)"""
     B, s, L, h, V = 1536, 2048, 96, 12288, 51200  # their V is padded to 51,200
     measured = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)) / (1536 * 138e12)  # ≈ 21 s
-    g = specc.lower(specc.load_spec("gpt3-175b"))
-    t = Training(recompute="full", micro_batch=1, global_batch=B)
+    g = specc.lower(specc.load_spec("gpt3-175b", ["dropout=0.1"]))
+    t = Training(recompute="full", micro_batch=1, global_batch=B, attention="math", dp_overlap=False)
     c = analyze_layout(
         g, Layout(tp=8, pp=16, dp=12), training=t, is_training=True, device="a100", interconnect="nvlink-a100"
     )
     assert c.fits and c.memory["total"] < 80e9
     assert c.bubble == 15 / (128 + 15)
-    assert c.step_time is not None and measured / 2.5 < c.step_time < measured
+    assert c.step_time is not None and abs(c.step_time / measured - 1) < 0.12
     assert c.mfu is not None and 0.3 < c.mfu < 1
 
 
