@@ -24,10 +24,20 @@ BATCH, WINDOW = 16, 256
 PROBE = Path(__file__).parent / "train_step_probe.py"
 
 
-def _probe(text: Path, recompute: str) -> dict[str, float]:
+POLICIES = ("none", "selective", "op", "full")
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, float]]:
+    """Every policy's step, measured in one fresh process (one model: the steps differ by the policy alone)."""
+    random.seed(0)
+    chars = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJ.,;:0123456789"
+    text = tmp_path_factory.mktemp("text") / "text.txt"
+    text.write_text("".join(random.choice(chars) for _ in range(100_000)))
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    args = [sys.executable, str(PROBE), str(text), recompute, "1", str(BATCH), str(WINDOW), "2", *SETS]
-    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300, check=True)
+    args = [sys.executable, str(PROBE), str(text), ",".join(POLICIES), "1", str(BATCH), str(WINDOW), "3", *SETS]
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -48,13 +58,9 @@ def test_profile_device_writes_a_loadable_profile(profile: Path) -> None:
     assert all("measured by `specc profile-device`" in dev.sources[k] for k in ("peak_flops", "bandwidth"))
 
 
-@pytest.mark.parametrize("recompute", ["none", "selective", "op", "full"])
-def test_cpu_profile_predicts_a_train_step(profile: Path, tmp_path: Path, recompute: str) -> None:
-    random.seed(0)
-    chars = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJ.,;:0123456789"
-    text = tmp_path / "text.txt"
-    text.write_text("".join(random.choice(chars) for _ in range(100_000)))
-    got = _probe(text, recompute)
+@pytest.mark.parametrize("recompute", POLICIES)
+def test_cpu_profile_predicts_a_train_step(profile: Path, measured: dict, recompute: str) -> None:
+    got = measured[recompute]
     g = specc.lower(specc.load_spec("gpt2", [*SETS, f"vocab_size={int(got['vocab'])}"]))
     t = Training(recompute=recompute, micro_batch=BATCH, global_batch=BATCH)
     c = analyze_layout(g, Layout(), training=t, is_training=True, device=load_device(str(profile)),

@@ -1,5 +1,5 @@
 """Run in a fresh process by test_analysis_measure.py: time `specc train` steps of a small character LM on
-this CPU under one recompute policy and print {"step_s", "peak_bytes"} as JSON: the median step time, and the
+this CPU under each of the given recompute policies and print {policy: {"step_s", "peak_bytes"}} as JSON: the median step time, and the
 step's allocation peak (malloc's bytes in use, sampled after every op by a dispatch mode) over what was in use
 when the step began, plus the weights, gradients and Adam states it began with: the tensors of one step.
 Policies as the analyzer prices them: none; full (each block checkpointed); selective (each attention core
@@ -69,7 +69,7 @@ def policy(ctx: object, func: object, *args: object, **kw: object) -> ck.Checkpo
 
 
 def wrap(module: torch.nn.Module, **kw: object) -> None:
-    inner = module.forward
+    inner = type(module).forward.__get__(module)
 
     def forward(*a: object, **k: object) -> object:
         return ck.checkpoint(inner, *a, use_reentrant=False, **kw, **k)
@@ -77,30 +77,40 @@ def wrap(module: torch.nn.Module, **kw: object) -> None:
     module.forward = forward  # type: ignore[method-assign]
 
 
+def unwrap(model: torch.nn.Module) -> None:
+    for m in model.modules():
+        m.__dict__.pop("forward", None)  # back to the class's forward
+
+
 def main() -> None:
-    text, recompute, threads, batch, window, steps = sys.argv[1:7]
+    text, policies, threads, batch, window, steps = sys.argv[1:7]
     sets = sys.argv[7:]
     torch.set_num_threads(int(threads))
     cfg = TrainConfig(task="lm", steps=10**6, batch=int(batch), max_len=int(window), text=text, warmup=1)
     run = setup(load_spec("gpt2", sets), cfg, torch.device("cpu"))
-    for block in run.model.blocks:
-        if recompute == "full":
-            wrap(block)
-        elif recompute == "selective":
-            wrap(block.attn.core)
-        elif recompute == "op":
-            wrap(block, context_fn=lambda: ck.create_selective_checkpoint_contexts(policy))
     train_step(run)  # warm-up: Adam states, gradients
-    start, held = in_use(), state_bytes(run)
-    with Peak() as mode:
+    out = {}
+    for recompute in policies.split(","):
+        unwrap(run.model)
+        for block in run.model.blocks:
+            if recompute == "full":
+                wrap(block)
+            elif recompute == "selective":
+                wrap(block.attn.core)
+            elif recompute == "op":
+                wrap(block, context_fn=lambda: ck.create_selective_checkpoint_contexts(policy))
         train_step(run)
-    peak = mode.peak - start + held
-    times = []
-    for _ in range(int(steps)):
-        t0 = time.perf_counter()
-        train_step(run)
-        times.append(time.perf_counter() - t0)
-    print(json.dumps({"step_s": sorted(times)[len(times) // 2], "peak_bytes": peak, "vocab": len(run.vocab)}))
+        start, held = in_use(), state_bytes(run)
+        with Peak() as mode:
+            train_step(run)
+        peak = mode.peak - start + held
+        times = []
+        for _ in range(int(steps)):
+            t0 = time.perf_counter()
+            train_step(run)
+            times.append(time.perf_counter() - t0)
+        out[recompute] = {"step_s": sorted(times)[len(times) // 2], "peak_bytes": peak, "vocab": len(run.vocab)}
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
