@@ -1,10 +1,11 @@
 """Run in a fresh process by test_analysis_measure.py: time `specc train` steps of a small character LM on
-this CPU under each of the given recompute policies and print {policy: {"step_s", "peak_bytes"}} as JSON:
-the median step time, and the step's allocation peak (malloc's bytes in use, sampled after every op by a
-dispatch mode) over what was in use when the step began, plus the weights, gradients and Adam states it began with: the tensors of one step.
-Policies as the analyzer prices them: none; full (each block checkpointed); selective (each attention core
-checkpointed); op (each block under torch's selective checkpointing that saves matmul and attention outputs
-and recomputes the rest)."""
+this CPU under each given recompute policy; print {policy: {"step_s", "peak_bytes"}} as JSON.
+
+step_s: the median step time. peak_bytes: the step's allocation peak (malloc's bytes in use, sampled after
+every op by a dispatch mode) over what was in use when the step began, plus the weights, gradients and Adam
+states it began with: the tensors of one step. Policies as the analyzer prices them: none; full (each block
+checkpointed); selective (each attention core checkpointed); op (each block under torch's selective
+checkpointing that saves matmul and attention outputs and recomputes the rest)."""
 
 from __future__ import annotations
 
