@@ -102,3 +102,23 @@ def test_profile_yaml_round_trips(tmp_path: Path) -> None:
     p.write_text(device_yaml(dev, "a header"))
     again = load_device(str(p))
     assert again.efficiency == dev.efficiency and again.runtime == dev.runtime and again.peak_flops == dev.peak_flops
+
+
+def test_fit_that_does_not_converge_is_refused(tmp_path: Path) -> None:
+    from specc.analysis.parallel.calibrate import fit
+    from specc.errors import SpecError
+
+    base, link = load_device("a100"), load_interconnect("nvlink-a100")
+    truth = replace(base, efficiency=replace(base.efficiency, matmul=Curve(0.5, 1e9)))
+    runs = read_runs(_runs(tmp_path / "runs.json", truth, link))
+    with pytest.raises(SpecError, match="did not converge in 3 iterations"):
+        fit(runs, base, link, max_iter=3)
+
+
+def test_interconnect_latency_and_efficiency_are_located(cli: Cli, tmp_path: Path) -> None:
+    link = tmp_path / "link.yaml"
+    link.write_text("devices_per_node: 8\nintra_node: 300 GB/s\ninter_node: 25 GB/s\nefficiency: {intra_node: 1.5}\n")
+    code, _, err = cli("analyze", "gpt2", "--parallel", "tp=2", "--device", "a100", "--interconnect", str(link))
+    assert code == 2 and err.startswith(f"{link}:4:") and "efficiency.intra_node = 1.5 is outside" in err
+    link.write_text("devices_per_node: 8\nintra_node: 300 GB/s\ninter_node: 25 GB/s\nlatency: {intra_node: 5 us}\n")
+    assert load_interconnect(str(link)).latency == pytest.approx((5e-6, 0.0))
