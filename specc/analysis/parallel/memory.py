@@ -24,7 +24,7 @@ from .layout import Layout, Training
 from .profile import GraphProfile
 
 ITEMS = ("weights", "gradients", "optimizer_states", "activations", "kv_cache", "total")
-EXTRA = ("optimizer_transient", "comm_buffers", "runtime_context", "allocator_reserve")  # with a device profile
+EXTRA = ("recompute_transient", "optimizer_transient", "comm_buffers", "runtime_context", "allocator_reserve")
 
 
 def _div(x: int, n: int) -> int:
@@ -129,8 +129,7 @@ def stage_memory(
         if training:
             items = model_states(dense, expert, prof.elem_bytes, t.zero, n_dense, n_expert)
             held = in_flight(s, lay, t, micro_batches)
-            kept = held * activations_per_microbatch(prof, s, lay, t, attention)
-            items["activations"] = round(kept) + recompute_transient(prof, s, lay, t, attention)
+            items["activations"] = round(held * activations_per_microbatch(prof, s, lay, t, attention))
             items["kv_cache"] = 0
         else:
             items = {"weights": (dense + expert) * prof.elem_bytes, "gradients": 0, "optimizer_states": 0}
@@ -140,13 +139,15 @@ def stage_memory(
         keys = ITEMS[:-1]
         if runtime is not None:  # what the runtime holds besides the model's tensors (device profile data)
             local = dense + expert
+            items["recompute_transient"] = recompute_transient(prof, s, lay, t, attention) if training else 0
             items["optimizer_transient"] = 4 * local if training and t.zero < 1 else 0  # fp32 unscaled grads
             if training and t.zero >= 3:  # FSDP: two gathered blocks in flight (current + prefetched)
                 items["comm_buffers"] = int(runtime.comm_buffers) + 2 * _largest_block(prof, dense, stages[s])
             else:
                 items["comm_buffers"] = int(runtime.comm_buffers)
             items["runtime_context"] = int(runtime.context)
-            allocated = sum(items[k] for k in (*ITEMS[:-1], "optimizer_transient", "comm_buffers"))
+            allocated = sum(items[k] for k in (*ITEMS[:-1], "recompute_transient", "optimizer_transient",
+                                               "comm_buffers"))  # fmt: skip
             items["allocator_reserve"] = int(runtime.reserve * allocated)
             keys = (*ITEMS[:-1], *EXTRA)
         items["total"] = sum(items[k] for k in keys)
