@@ -111,6 +111,13 @@ def main() -> None:
             train_step(run)
             times.append(time.perf_counter() - t0)
         out[recompute] = {"step_s": sorted(times)[len(times) // 2], "peak_bytes": peak, "vocab": len(run.vocab)}
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    gemm = []
+    for _ in range(7):  # the machine as the steps found it: a 1024³ GEMM's rate, to hold against the profile's
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        gemm.append(time.perf_counter() - t0)
+    out["gemm_1024_flops"] = 2 * 1024**3 / sorted(gemm)[3]
     print(json.dumps(out))
 
 
