@@ -43,6 +43,9 @@ def test_efficiency_curves_saturate_and_small_ops_run_slower() -> None:
     assert eff.matmul_rate(1.0, 1e15, 16) == pytest.approx(0.4, rel=1e-5)  # a 16-wide GEMM: half the rate
     dev = load_device("a100")
     assert 0.5 < dev.efficiency.matmul.max <= 1 and dev.sources  # fitted numbers carry their source
+    # a fused attention kernel has its own ceiling (FlashAttention-2: 35% of an H100's peak)
+    h100 = load_device("h100").efficiency
+    assert h100.for_flash().matmul.max == 0.35 and h100.for_flash().dim_knee == 0 and "efficiency.flash" in dev.sources
 
 
 def test_flash_and_math_attention_agree_in_time_and_memory() -> None:

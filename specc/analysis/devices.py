@@ -215,6 +215,7 @@ def _from_document(doc: Located, default_name: str) -> Device:
 _CURVE = {"max": ("fraction", 1e-3, 1.0), "knee": ("any", 0.0, MAX_QUANTITY)}
 _EFFICIENCY = {"dim_knee": ("number", 0.0, 1e6), "overlap": ("fraction", 0.0, 1.0), "kernel_overhead": ("time", 0, 1)}
 _EFFICIENCY["backward"] = ("fraction", 0.01, 1.0)
+_EFFICIENCY["flash"] = ("fraction", 0.0, 1.0)
 _RUNTIME = {"context": ("memory", 0.0, MAX_QUANTITY), "reserve": ("fraction", 0.0, 1.0)}
 _RUNTIME |= {"comm_buffers": ("memory", 0.0, MAX_QUANTITY)}
 _CURVE_UNIT = {"matmul": "flop", "vector": "flop", "memory": "memory"}
@@ -312,6 +313,7 @@ def device_yaml(dev: Device, header: str = "") -> str:
             "overlap": eff.overlap,
             "kernel_overhead": eff.kernel_overhead,
             "backward": eff.backward,
+            "flash": eff.flash,
         },
         "attention": dev.attention,
         "runtime": dev.runtime.to_dict(),

@@ -53,6 +53,14 @@ class Efficiency:
     overlap: float = 1.0  # 1: max(compute, memory); 0: compute + memory
     kernel_overhead: float = 0.0  # seconds per kernel launch (and the gap between kernels)
     backward: float = 1.0  # backward GEMMs' rate / the forward's (weight gradients reduce over the tokens)
+    flash: float = 0.0  # a fused attention kernel's ceiling as a fraction of the matmul peak (0: the matmul curve's)
+
+    def for_flash(self) -> Efficiency:
+        """The efficiency a fused attention kernel runs at: its own ceiling on the matmul curve's knee (its tiles
+        are the kernel's own, so no GEMM shape factor)."""
+        if self.flash <= 0:
+            return self
+        return replace(self, matmul=Curve(self.flash, self.matmul.knee), dim_knee=0.0)
 
     def matmul_rate(self, peak: float, flops: float, dim: float) -> float:
         shape = 1.0 if self.dim_knee <= 0 or dim <= 0 else dim / (dim + self.dim_knee)
@@ -96,6 +104,7 @@ class Efficiency:
             "overlap": self.overlap,
             "kernel_overhead": self.kernel_overhead,
             "backward": self.backward,
+            "flash": self.flash,
         }
 
 

@@ -85,8 +85,9 @@ def _forward(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float,
         kernels = 4.0 + p.attn_dropout
     other = p.other * b / div
     dim = _gemm_dim(p, tokens, tp)
-    total, c, m = r.eff.seconds(r.peak, r.vector, r.bandwidth, mm, other, traffic, dim, kernels)
-    mm_s = mm / r.eff.matmul_rate(r.peak, mm, dim) if mm else 0.0
+    eff = r.eff.for_flash() if p.attention and r.attention == "flash" else r.eff
+    total, c, m = eff.seconds(r.peak, r.vector, r.bandwidth, mm, other, traffic, dim, kernels)
+    mm_s = mm / eff.matmul_rate(r.peak, mm, dim) if mm else 0.0
     return total, c, m, mm_s, kernels
 
 
