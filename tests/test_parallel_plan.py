@@ -7,8 +7,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 import specc
 from specc.analysis import analyze
 from specc.analysis.parallel import Layout, Training
@@ -28,20 +26,21 @@ def test_narayanan_gpt3_flops_formula() -> None:
     assert B * (4 * layers + 3 * mm["lm_head"]) == 96 * B * s * L * h * h + 16 * B * s * s * L * h + 6 * B * s * h * V
 
 
-def test_narayanan_gpt3_layout_fits_and_bounds_the_step() -> None:
-    """Table 1 of Narayanan et al. 2021: GPT-3 175B on 1536 A100s as tp=8, pp=16, dp=12, batch 1536,
-    micro-batch 1, full recompute, 138 TFLOP/s per GPU achieved. The layout fits 80 GB; the estimate (roofline
-    per op, no kernel inefficiency) lies under the measured iteration time and within a factor 2.5 of it."""
+def test_narayanan_gpt3_layout_fits_and_predicts_the_step() -> None:
+    """Narayanan et al. 2021: GPT-3 175B on 1536 A100s as tp=8, pp=16, dp=12, batch 1536, micro-batch 1, full
+    recompute, 138 TFLOP/s per GPU achieved. The layout fits 80 GB; the estimate (the a100 profile's efficiency
+    model, Megatron's unfused attention and dropout 0.1) lies within 12% of the measured iteration time. (It
+    used to be asserted below the measurement: kernels at peak, the optimism this model replaced.)"""
     B, s, L, h, V = 1536, 2048, 96, 12288, 51200  # their V is padded to 51,200
     measured = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)) / (1536 * 138e12)  # ≈ 21 s
-    g = specc.lower(specc.load_spec("gpt3-175b"))
-    t = Training(recompute="full", micro_batch=1, global_batch=B)
+    g = specc.lower(specc.load_spec("gpt3-175b", ["dropout=0.1"]))
+    t = Training(recompute="full", micro_batch=1, global_batch=B, attention="math", dp_overlap=False)
     c = analyze_layout(
         g, Layout(tp=8, pp=16, dp=12), training=t, is_training=True, device="a100", interconnect="nvlink-a100"
     )
     assert c.fits and c.memory["total"] < 80e9
     assert c.bubble == 15 / (128 + 15)
-    assert c.step_time is not None and measured / 2.5 < c.step_time < measured
+    assert c.step_time is not None and abs(c.step_time / measured - 1) < 0.12
     assert c.mfu is not None and 0.3 < c.mfu < 1
 
 
@@ -73,7 +72,7 @@ def test_plan_json_and_table(cli: Cli) -> None:
     for p in d["plans"]:
         assert {"tp", "pp", "dp", "ep", "cp", "zero", "micro_batch", "memory", "step_time", "mfu"} <= set(p)
         assert p["tp"] * p["pp"] * p["dp"] * p["cp"] == 8
-        assert set(p["memory"]) == {"weights", "gradients", "optimizer_states", "activations", "kv_cache", "total"}
+        assert {"weights", "gradients", "optimizer_states", "activations", "kv_cache", "total"} <= set(p["memory"])
     code, out, _ = cli("analyze", "gpt2", "--plan", "--devices", "4", "--global-batch", "8")
     assert code == 0 and "Plans for 4 × H100 SXM" in out and "step time" in out
 
@@ -126,7 +125,7 @@ def test_impossible_layouts_are_located_errors(cli: Cli, tmp_path: Path) -> None
     )
     cases = {
         "tp=4,pp=1,dp=1": f"{spec}:7:23: error: KV heads 2 are not divisible by tp=4",
-        "tp=1,pp=2,dp=1": f"{spec}:6:1: error: 3 blocks are not divisible by pp=2",
+        "tp=1,pp=4,dp=1": f"{spec}:6:1: error: 3 blocks cannot fill pp=4 pipeline stages",
         "tp=1,pp=1,dp=2,ep=2": f"{spec}:8:7: error: ep=2: expert parallelism needs a MoE MLP",
         "tp=1,pp=1,dp=1,cp=3": "error: --parallel: sequence length 64 is not divisible by cp=3",
         "tp=2,pp=1,dp=2,tp=2": "error: --parallel: tp is given twice",
@@ -161,7 +160,7 @@ def test_interconnect_profiles(cli: Cli, tmp_path: Path) -> None:
     args = ["analyze", "gpt2", "--set", "blocks=2", "--parallel", "tp=4,pp=1,dp=4", "--device", "h100", "-f", "json"]
     fast = json.loads(cli(*args, "--interconnect", "nvlink")[1])["parallel"]
     slow = json.loads(cli(*args, "--interconnect", "pcie")[1])["parallel"]
-    assert fast["comm"] == slow["comm"] and fast["time"]["tp"] * 450 / 64 == pytest.approx(slow["time"]["tp"])
+    assert fast["comm"] == slow["comm"] and fast["time"]["tp"] * 2 < slow["time"]["tp"]  # (nvlink: efficiency, latency)
     bad = tmp_path / "link.yaml"
     bad.write_text("devices_per_node: 8\nintra_node: fast\ninter_node: 50 GB/s\n")
     code, _, err = cli(*args, "--interconnect", str(bad))

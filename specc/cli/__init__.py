@@ -21,6 +21,7 @@ from ..io import command_scope, command_signals
 from . import (  # noqa: F401  (each module registers its commands on ``app``)
     analyze_cmds,
     compile_cmd,
+    device_cmds,
     hf_cmds,
     onnx_cmds,
     spec_cmds,

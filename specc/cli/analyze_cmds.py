@@ -25,6 +25,7 @@ class Recompute(str, Enum):
     none = "none"
     selective = "selective"
     full = "full"
+    op = "op"
 
 
 BatchOpt = Annotated[int, typer.Option("--batch", "-b", help="batch size B")]
@@ -33,8 +34,17 @@ DecSeqOpt = Annotated[int | None, typer.Option("--dec-seq", help="decoder length
 DtypeOpt = Annotated[Dtype | None, typer.Option("--dtype", help="fp32 | fp16 | bf16 (default: the spec's)")]
 TrainingOpt = Annotated[bool, typer.Option("--training", help="add gradients, Adam states, training FLOPs")]
 RecomputeOpt = Annotated[
-    Recompute, typer.Option("--recompute", help="activation recomputation: none | selective | full")
+    Recompute, typer.Option("--recompute", help="activation recomputation: none | selective | full | op (--parallel)")
 ]
+AttnImplOpt = Annotated[
+    str | None, typer.Option("--attention-impl", help="flash | math (with --parallel; default: the device profile's)")
+]
+ScheduleOpt = Annotated[
+    str | None,
+    typer.Option("--pipeline-schedule", help="gpipe | 1f1b | interleaved-1f1b | zero-bubble (with --parallel)"),
+]
+VirtualOpt = Annotated[int | None, typer.Option("--virtual-stages", help="model chunks per device (interleaved-1f1b)")]
+AsyncTpOpt = Annotated[bool, typer.Option("--async-tp", help="overlap tensor-parallel collectives with the GEMMs")]
 KvOpt = Annotated[int | None, typer.Option("--kv-len", help="cached keys for the decode step (default: N)")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table | json | csv | markdown")]
 DeviceOpt = Annotated[str | None, typer.Option("--device", "-d", help="roofline on h100 | h200 | a100 | profile.yaml")]
@@ -116,6 +126,10 @@ def analyze(
     plan: PlanOpt = False,
     devices: DevicesOpt = None,
     top: TopOpt = None,
+    attention_impl: AttnImplOpt = None,
+    pipeline_schedule: ScheduleOpt = None,
+    virtual_stages: VirtualOpt = None,
+    async_tp: AsyncTpOpt = False,
 ) -> None:
     """Parameters, FLOPs per category and layer, memory, and (with --device) a roofline, from the IR; with
     --parallel the per-device costs of a layout, with --plan the layouts of N devices ranked by step time."""
@@ -129,7 +143,11 @@ def analyze(
     s = load(spec, sets)  # first: its file is an input no output may replace
     refuse_stray(parallel, plan, **{"--zero": zero, "--sequence-parallel": sequence_parallel,
                  "--micro-batch": micro_batch, "--global-batch": global_batch, "--interconnect": interconnect,
-                 "--devices": devices, "--top": top})  # fmt: skip
+                 "--devices": devices, "--top": top, "--attention-impl": attention_impl,
+                 "--pipeline-schedule": pipeline_schedule, "--virtual-stages": virtual_stages,
+                 "--async-tp": async_tp})  # fmt: skip
+    if recompute == Recompute.op and parallel is None and not plan:
+        raise SpecError("--recompute op is priced per layout: add --parallel")
     if parallel is not None or plan:
         for flag, value in (("--batch", batch), ("--kv-len", kv_len), ("--sweep", sweep), ("--plot", plot)):
             if value is not None:

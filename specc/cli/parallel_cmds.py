@@ -16,6 +16,7 @@ from . import limits
 def refuse_stray(parallel: str | None, plan: bool, **given: Any) -> None:
     """Options of the parallel modes given without them (or with the wrong one) are errors, not ignored."""
     single = {"--zero", "--sequence-parallel", "--micro-batch", "--interconnect", "--global-batch", "--devices"}
+    single |= {"--attention-impl", "--pipeline-schedule", "--virtual-stages", "--async-tp"}
     search = {"--devices", "--top", "--global-batch", "--interconnect"}
     layout = parallel is not None  # an empty --parallel "" is a layout to read (and refuse), not no layout
     if layout and plan:
@@ -68,6 +69,10 @@ def run_parallel(spec: str, sets: list[str] | None, g: Any, opts: dict[str, Any]
             recompute=opts["recompute"],
             micro_batch=kw["micro_batch"] or 1,
             global_batch=kw["global_batch"] or (kw["micro_batch"] or 1) * lay.dp,
+            schedule=kw["pipeline_schedule"] or ("interleaved-1f1b" if (kw["virtual_stages"] or 1) > 1 else "1f1b"),
+            virtual_stages=kw["virtual_stages"] or 1,
+            attention=kw["attention_impl"],
+            async_tp=bool(kw["async_tp"]),
         )
         c = analyze_layout(g, lay, training=t, is_training=opts["training"], seq=seq, dec_seq=opts["dec_seq"],
                            dtype=dtype, device=opts["device"], interconnect=kw["interconnect"])  # fmt: skip

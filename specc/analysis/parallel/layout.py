@@ -11,6 +11,7 @@ with (``("attention", "heads")``), so the command line can point at that key in 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,9 @@ from .stages import block_count
 DEGREES = ("tp", "pp", "dp", "ep", "cp")
 MAX_DEGREE = 1 << 20
 ZERO_STAGES = (0, 1, 2, 3)
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble")  # torch.distributed.pipelining's names
+_DIGITS = re.compile(r"[0-9]+")
 
 
 class LayoutError(SpecError):
@@ -64,6 +67,11 @@ class Training:
     recompute: str = "none"
     micro_batch: int = 1  # sequences per micro-batch
     global_batch: int = 1  # sequences per step, all replicas (micro-batches per replica: G / (dp × micro-batch))
+    schedule: str = "1f1b"  # pipeline schedule (SCHEDULES)
+    virtual_stages: int = 1  # model chunks per device (interleaved-1f1b)
+    attention: str | None = None  # flash | math; None: the device profile's default
+    async_tp: bool = False  # tensor-parallel collectives overlapped with the GEMMs next to them
+    dp_overlap: bool = True  # gradient sync overlapped with backward (torch DDP, FSDP); False: after it
 
 
 def parse_layout(text: str) -> Layout:
@@ -79,10 +87,9 @@ def parse_layout(text: str) -> Layout:
             )
         if key in seen:
             raise LayoutError(f"--parallel: {key} is given twice")
-        try:
-            n = int(value.strip())
-        except ValueError:
-            raise LayoutError(f"--parallel: {key}={value.strip()} is not a whole number") from None
+        if not _DIGITS.fullmatch(value.strip()):  # ASCII only: int() would also take '２' or '٢'
+            raise LayoutError(f"--parallel: {key}={value.strip()} is not a whole number", hint="use ASCII digits 0-9")
+        n = int(value.strip()) if len(value.strip()) <= 9 else MAX_DEGREE + 1
         if not 1 <= n <= MAX_DEGREE:
             raise LayoutError(f"--parallel: {key}={n} is out of range (allowed 1..{MAX_DEGREE})")
         seen[key] = n
@@ -140,9 +147,9 @@ def check_layout(g: LayerGraph | GraphFacts, lay: Layout, seq: int) -> None:
             if width % lay.tp:
                 raise LayoutError(f"MLP hidden units {width} are not divisible by tp={lay.tp}", key=("mlp", "hidden"))
     layers = f.blocks
-    if lay.pp > 1 and (layers == 0 or layers % lay.pp):
+    if lay.pp > 1 and layers < lay.pp:  # uneven splits are fine (stages.split); an empty stage is not
         key = ("blocks", "encoder") if f.family == "encoder_decoder" else ("blocks",)
-        raise LayoutError(f"{layers} blocks are not divisible by pp={lay.pp} (pipeline stages)", key=key)
+        raise LayoutError(f"{layers} blocks cannot fill pp={lay.pp} pipeline stages (one block each at least)", key=key)
     experts = f.experts
     if lay.ep > 1:
         if experts is None:
@@ -171,6 +178,14 @@ def check_training(lay: Layout, t: Training, training: bool) -> int:
         raise LayoutError(f"--zero {t.zero} shards training states: add --training")
     if not training and t.recompute != "none":
         raise LayoutError(f"--recompute {t.recompute} applies to training: add --training")
+    if t.schedule not in SCHEDULES:
+        raise LayoutError(f"--pipeline-schedule {t.schedule} is unknown", hint=f"use one of {', '.join(SCHEDULES)}")
+    if t.virtual_stages < 1:
+        raise LayoutError("--virtual-stages must be positive")
+    if t.virtual_stages > 1 and t.schedule != "interleaved-1f1b":
+        raise LayoutError(f"--virtual-stages {t.virtual_stages} needs --pipeline-schedule interleaved-1f1b")
+    if t.attention is not None and t.attention not in ("flash", "math"):
+        raise LayoutError(f"--attention-impl {t.attention} is unknown", hint="use flash or math")
     if t.sequence_parallel and lay.tp == 1:
         raise LayoutError("--sequence-parallel splits along the tensor-parallel group: it needs tp > 1")
     if t.micro_batch < 1 or t.global_batch < 1:

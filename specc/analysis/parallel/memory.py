@@ -16,11 +16,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from ..memory import ADAM_STATES
 from .layout import Layout, Training
 from .profile import GraphProfile
 
 ITEMS = ("weights", "gradients", "optimizer_states", "activations", "kv_cache", "total")
+EXTRA = ("recompute_transient", "optimizer_transient", "comm_buffers", "runtime_context", "allocator_reserve")
 
 
 def _div(x: int, n: int) -> int:
@@ -41,16 +45,54 @@ def model_states(dense: int, expert: int, elem_bytes: int, zero: int, n_dense: i
     }
 
 
-def activations_per_microbatch(prof: GraphProfile, stage: int, lay: Layout, t: Training) -> int:
-    """Bytes one micro-batch leaves on a device of ``stage`` for the backward pass."""
+def activations_per_microbatch(
+    prof: GraphProfile, stage: int, lay: Layout, t: Training, attention: str = "math"
+) -> int:
+    """Bytes one micro-batch leaves on a device of ``stage`` for the backward pass. ``attention``: ``math``
+    keeps the N² scores (softmax output, dropout mask and output); ``flash`` keeps Q, K, V and per-row
+    statistics. ``op``: the block inputs and the matmul outputs (torchtitan's op-level checkpointing saves
+    those and recomputes norms, activations and the rest)."""
     st = prof.stages(lay.pp)[stage]
     tp, cp, b = lay.tp, lay.cp, t.micro_batch
     rep_div = (tp if t.sequence_parallel else 1) * cp
+    outside = _div(st.outside_sharded * b, tp * cp) + _div(st.outside_replicated * b, rep_div)
     if t.recompute == "full":
-        kept = _div(st.full_kept * b, rep_div)  # one block input per block
-        return kept + _div(st.outside_sharded * b, tp * cp) + _div(st.outside_replicated * b, rep_div)
+        return _div(st.full_kept * b, rep_div) + outside  # one block input per block
+    if t.recompute == "op":
+        kept = _div((st.full_kept + st.op_replicated) * b, rep_div) + _div(st.op_sharded * b, tp * cp)
+        return kept + outside
     sharded = st.selective_sharded if t.recompute == "selective" else st.saved_sharded
+    if t.recompute == "none" and attention == "flash":
+        sharded -= st.flash_saving
     return _div(sharded * b, tp * cp) + _div(st.saved_replicated * b, rep_div)
+
+
+def recompute_transient(prof: GraphProfile, stage: int, lay: Layout, t: Training, attention: str = "math") -> int:
+    """Bytes a recomputing backward holds on top of what was kept: one block's activations as the policy
+    regenerates them (its full set for ``full``, the recomputed part for ``selective`` and ``op``)."""
+    if t.recompute == "none":
+        return 0
+    st = prof.stages(lay.pp)[stage]
+    blocks = sum(c for p, c in st.ops if p.attention and p.in_block)
+    if not blocks:
+        return 0
+    none = activations_per_microbatch(prof, stage, lay, replace(t, recompute="none"), attention)
+    kept = activations_per_microbatch(prof, stage, lay, t, attention)
+    return max(0, none - kept) // blocks
+
+
+def in_flight(stage: int, lay: Layout, t: Training, micro_batches: int) -> float:
+    """Micro-batches whose activations a stage holds at its peak, by schedule: GPipe all of them; 1F1B and
+    ZB-H1 min(pp − stage, M) (Narayanan et al. 2021; Qi et al. 2023); interleaved 1F1B Megatron-LM's warm-up
+    of 2(pp − stage − 1) + (V − 1)·pp chunks plus one, each 1/V of the stage."""
+    pp, m = lay.pp, micro_batches
+    if t.schedule == "gpipe":
+        return m
+    if t.schedule == "interleaved-1f1b" and t.virtual_stages > 1:
+        v = t.virtual_stages
+        chunks = min(m * v, 2 * (pp - stage - 1) + (v - 1) * pp + 1)
+        return chunks / v
+    return min(pp - stage, m)
 
 
 def representatives(prof: GraphProfile, weights: list[tuple[int, int]], pp: int) -> list[int]:
@@ -74,6 +116,8 @@ def stage_memory(
     micro_batches: int,
     training: bool,
     only: list[int] | None = None,
+    attention: str = "math",
+    runtime: Any = None,
 ) -> list[dict[str, int]]:
     """Memory items per pipeline stage (every device of a stage alike); ``only``: of these stages alone."""
     out = []
@@ -84,14 +128,35 @@ def stage_memory(
         dense, expert = weights[s]
         if training:
             items = model_states(dense, expert, prof.elem_bytes, t.zero, n_dense, n_expert)
-            in_flight = min(lay.pp - s, micro_batches)
-            items["activations"] = in_flight * activations_per_microbatch(prof, s, lay, t)
+            held = in_flight(s, lay, t, micro_batches)
+            items["activations"] = round(held * activations_per_microbatch(prof, s, lay, t, attention))
             items["kv_cache"] = 0
         else:
             items = {"weights": (dense + expert) * prof.elem_bytes, "gradients": 0, "optimizer_states": 0}
             items["activations"] = 0
             seqs = t.global_batch // lay.dp
             items["kv_cache"] = _div(stages[s].kv_cache * seqs, lay.tp * lay.cp)
-        items["total"] = sum(items[k] for k in ITEMS[:-1])
-        out.append({k: items[k] for k in ITEMS})
+        keys = ITEMS[:-1]
+        if runtime is not None:  # what the runtime holds besides the model's tensors (device profile data)
+            local = dense + expert
+            items["recompute_transient"] = recompute_transient(prof, s, lay, t, attention) if training else 0
+            items["optimizer_transient"] = 4 * local if training and t.zero < 1 else 0  # fp32 unscaled grads
+            if training and t.zero >= 3:  # FSDP: two gathered blocks in flight (current + prefetched)
+                items["comm_buffers"] = int(runtime.comm_buffers) + 2 * _largest_block(prof, dense, stages[s])
+            else:
+                items["comm_buffers"] = int(runtime.comm_buffers)
+            items["runtime_context"] = int(runtime.context)
+            allocated = sum(items[k] for k in (*ITEMS[:-1], "recompute_transient", "optimizer_transient",
+                                               "comm_buffers"))  # fmt: skip
+            items["allocator_reserve"] = int(runtime.reserve * allocated)
+            keys = (*ITEMS[:-1], *EXTRA)
+        items["total"] = sum(items[k] for k in keys)
+        out.append({k: items[k] for k in (*keys, "total")})
     return out
+
+
+def _largest_block(prof: GraphProfile, dense: int, stage: Any) -> int:
+    """Bytes of one block's weights unsharded (ZeRO-3 gathers a block at a time): the stage's weights over its
+    blocks, at the analysis dtype."""
+    blocks = max(1, sum(c for p, c in stage.ops if p.attention))
+    return dense * prof.elem_bytes // blocks

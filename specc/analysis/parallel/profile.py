@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from ...ir.graph import LayerGraph, dims
 from ...spec.schema import DTYPE_BYTES
@@ -45,6 +46,15 @@ class OpProfile:
     routed: int  # tokens × active experts × width, bytes (expert-parallel all-to-all)
     attention: bool
     in_block: bool
+    # what the kernel cost model (timing.py) needs beyond the totals
+    matmul_causal: int = 0  # attention: the QK and AV FLOPs a causal fused kernel really runs (masked tiles skipped)
+    scores: int = 0  # attention: score elements of one (batch-1) evaluation, heads × queries × keys
+    attn_dropout: bool = False  # attention: dropout on the probabilities (math: a mask and a copy through memory)
+    saved_flash: int = 0  # attention: kept for backward by a fused kernel (Q, K, V, output statistics)
+    gemm: tuple[int, int] = (0, 0)  # linear: (in, out) features; attention: (head_dim, head_dim)
+    role: str = ""  # column | row | vocab | replicated (how tp splits the GEMM)
+    keys: int = 0  # attention: keys each query attends over (before any mask)
+    out_bytes: int = 0  # bytes of the op's output (batch 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,6 +78,9 @@ class Stage:
     kv_bytes: int
     routed: int
     boundary: int  # the residual stream one micro-batch sends to the next stage
+    flash_saving: int = 0  # what a fused attention kernel does not keep of the materialised scores (sharded)
+    op_sharded: int = 0  # recompute op: matmul outputs kept, split by tp (column linears, attention cores)
+    op_replicated: int = 0  # … and those whole on each tp rank (row-parallel outputs)
 
 
 def _stage(ops: Counter[OpProfile], key: int) -> Stage:
@@ -93,6 +106,9 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         total("kv_bytes"),
         total("routed"),
         max((p.block_input for p, _ in items), default=0),
+        sum(c * (p.saved_sharded - p.saved_flash) for p, c in items if p.attention),
+        sum(c * p.out_bytes for p, c in items if p.in_block and (p.attention or (p.matmul and p.role == "column"))),
+        sum(c * p.out_bytes for p, c in items if p.in_block and p.matmul and p.role == "row"),
     )
 
 
@@ -106,7 +122,7 @@ class GraphProfile:
     ops: list[tuple[int, OpProfile]]  # (anchor block, profile) in graph order
     _stages: dict[int, list[Stage]] = field(default_factory=dict)
     _same: dict[frozenset[tuple[OpProfile, int]], Stage] = field(default_factory=dict)
-    memo: dict[tuple[object, ...], float] = field(default_factory=dict)  # stage seconds (timing.py)
+    memo: dict[tuple[object, ...], Any] = field(default_factory=dict)  # stage times (timing.py)
 
     @cached_property
     def blocks(self) -> int:
@@ -179,6 +195,14 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                 block_input = numel(ins[0][:-1]) * _width(g, op.name) * elem_bytes
         routed = numel(ins[0][:-1]) * op.attrs["active"] * op.attrs["dim"] * elem_bytes if op.kind == "moe" else 0
         kv = c.mem.kv_cache if dec is not None and op.name in dec else 0
+        causal = scores = 0
+        gemm = (0, 0)
+        if op.kind == "attention":
+            causal = sum(f.useful_matmul for f in c.flops)
+            scores = c.mem.scores // elem_bytes if elem_bytes else 0
+            gemm = (int(op.attrs["head_dim"]), int(op.attrs["head_dim"]))
+        elif op.kind == "linear":
+            gemm = (int(op.attrs["in_features"]), int(op.attrs["out_features"]))
         out.append(
             (
                 where[op.name],
@@ -199,6 +223,14 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     routed=routed,
                     attention=op.kind == "attention",
                     in_block=op.layer is not None,
+                    matmul_causal=causal,
+                    scores=scores,
+                    attn_dropout=op.kind == "attention" and float(op.attrs.get("dropout") or 0) > 0,
+                    saved_flash=c.mem.fused if op.kind == "attention" else 0,
+                    gemm=gemm,
+                    role=role,
+                    out_bytes=width,
+                    keys=(ins[1][1] if op.attrs.get("cross") else ins[0][1]) if op.kind == "attention" else 0,
                 ),
             )
         )

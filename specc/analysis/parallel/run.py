@@ -9,6 +9,7 @@ from .estimate import Estimator, LayoutCost
 from .layout import Layout, LayoutError, Training, check_layout, check_training
 from .links import DEFAULT, Interconnect, load_interconnect
 from .profile import GraphProfile, profile
+from .stages import block_count
 
 
 def settings(g: LayerGraph, seq: int | None, dtype: str | None) -> tuple[int, str]:
@@ -49,6 +50,10 @@ def analyze_layout(
     n, dtype = settings(g, seq, dtype)
     check_layout(g, layout, n)
     micro_batches = check_training(layout, t, is_training)
+    blocks = block_count(g)
+    if t.virtual_stages > 1 and blocks < layout.pp * t.virtual_stages:
+        raise LayoutError(f"{blocks} blocks cannot fill pp={layout.pp} × {t.virtual_stages} virtual stages",
+                          key=("blocks",))  # fmt: skip
     dev, link = devices_and_links(device, interconnect)
     prof = prof or profile(g, n, dec_seq, dtype, is_training)
     return Estimator(prof, dev, link).cost(layout, t, micro_batches)

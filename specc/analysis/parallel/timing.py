@@ -1,14 +1,20 @@
-"""Step time of one layout from the roofline plus the links, the 1F1B bubble, and MFU.
+"""Compute time of one micro-batch on one pipeline stage, op by op, as the kernels run.
 
-Per micro-batch and stage each op costs max(compute, memory) as in the single-device roofline: its FLOPs at
-the dtype's tensor peak (matmuls) or the vector peak (the rest), its activation traffic and the weights it
-reads at the memory bandwidth — divided by tp for tensor-parallel ops (all ops with sequence parallelism) and
-by cp. Training charges 3 forward passes (backward = 2 × forward), plus one more for the blocks under full
-recompute or for the attention cores under selective recompute. Collectives are not overlapped with compute:
-each group's bytes go at its link's bandwidth (``links.py``). With M micro-batches and P stages, 1F1B takes
-(M + P − 1) micro-batch slots of the slowest stage (bubble (P − 1) / (M + P − 1), Narayanan et al. 2021),
-then the data-parallel gradient (and ZeRO) traffic. MFU = model FLOPs of the step (3 × forward in training,
-no recomputation counted; attention at the full count) / (step time × devices × peak).
+Each op's forward is one kernel (a math attention core four or five: QKᵀ, softmax, dropout, AV) priced by
+the device's efficiency model (``analysis/efficiency.py``: FLOPs at the matmul or vector unit's efficiency for
+the op's size and smallest GEMM dimension, bytes at the memory system's efficiency for the transfer's size,
+combined by the profile's stated rule, plus a launch overhead per kernel). Work is divided by tp for
+tensor-parallel ops (all ops with sequence parallelism) and by cp.
+
+- Backward = two kernels of the forward's size per op (input and weight gradients: 2 × the FLOPs and traffic).
+  A fused (flash) attention's backward recomputes the scores: 2.5 × its forward FLOPs (FlashAttention-2).
+- Attention ``flash``: causal work as the kernel does it — the masked tiles are skipped, so QKᵀ and AV run the
+  visible pairs plus the half-filled diagonal tiles; O(N) memory traffic. ``math``: the full QKᵀ and AV
+  GEMMs, the N² scores written, read and written by the softmax, read and written again with a mask by the
+  attention dropout, read by AV (the same in backward, twice).
+- Recompute ``full``: the blocks' forward again; ``selective``: the attention cores' forward again; ``op``
+  (torchtitan's op-level selective checkpointing): every op of a block except the matmuls (linears, attention
+  core) runs again.
 """
 
 from __future__ import annotations
@@ -16,56 +22,147 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..devices import Device
+from ..efficiency import Efficiency, combine
 from .layout import Layout, Training
-from .links import Interconnect
 from .profile import GraphProfile, OpProfile, Stage
 
+FLASH_TILE = 128  # FlashAttention-2 key/query tile on A100/H100: the diagonal tiles run half-masked
+FLASH_BACKWARD = 2.5  # FlashAttention-2 backward FLOPs / forward FLOPs (recomputes QKᵀ)
+MATH_SCORE_PASSES = 4  # forward: QKᵀ writes, softmax reads and writes, AV reads (elements of the scores)
+MATH_DROPOUT_PASSES = 2.5  # dropout reads, writes, and writes a 1-byte mask per element (in 2-byte units)
 
-def bubble(pp: int, micro_batches: int) -> float:
-    return (pp - 1) / (micro_batches + pp - 1)
+
+def bubble(pp: int, micro_batches: int, schedule: str = "1f1b", virtual: int = 1) -> float:
+    """The idle fraction of a step with equal stages (Narayanan et al. 2021; Qi et al. 2023, ZB-H1)."""
+    if pp <= 1:
+        return 0.0
+    idle = (pp - 1) / (virtual if schedule == "interleaved-1f1b" else 3 if schedule == "zero-bubble" else 1)
+    return idle / (micro_batches + idle)
 
 
 @dataclass(frozen=True)
-class _Rates:
+class Rates:
     peak: float
     vector: float
     bandwidth: float
     weight_bytes: int
+    eff: Efficiency
+    attention: str  # flash | math
 
 
-def _op_seconds(p: OpProfile, r: _Rates, b: int, div: int, wdiv: int) -> float:
-    compute = (p.matmul / r.peak + p.other / r.vector) * b / div
-    memory = (p.io * b / div + p.weights_read * r.weight_bytes / wdiv) / r.bandwidth
-    return max(compute, memory)
+@dataclass
+class OpTime:
+    """Seconds of one op's passes per micro-batch, and what bound them."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    recompute: float = 0.0
+    compute: float = 0.0  # of forward + backward + recompute, at the unit's efficiency
+    memory: float = 0.0
 
 
-def stage_compute(prof: GraphProfile, stage: int, lay: Layout, t: Training, dev: Device, training: bool) -> float:
-    """Seconds of compute one micro-batch spends on a device of ``stage``."""
+def _gemm_dim(p: OpProfile, tokens: float, tp: int) -> float:
+    k, n = p.gemm
+    if p.attention:
+        return float(min(k, tokens))
+    if p.role == "column" or p.role == "vocab":
+        n = n // tp if p.sharded else n
+    elif p.role == "row":
+        k = k // tp if p.sharded else k
+    return float(min(k, n, tokens)) if k and n else 0.0
+
+
+def _forward(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float, tp: int) -> tuple[float, ...]:
+    """(seconds, compute, memory, matmul seconds, kernels) of one forward of the op on one device."""
+    mm = p.matmul * b / div
+    traffic = p.io * b / div + p.weights_read * r.weight_bytes / wdiv
+    kernels = 1.0
+    if p.attention and r.attention == "flash" and p.matmul_causal < p.matmul and p.keys:
+        mm = (p.matmul_causal + p.matmul * min(1.0, FLASH_TILE / 2 / p.keys)) * b / div
+    elif p.attention and r.attention == "math":
+        passes = MATH_SCORE_PASSES + (MATH_DROPOUT_PASSES if p.attn_dropout else 0.0)
+        traffic += p.scores * b / div * r.weight_bytes * passes
+        kernels = 4.0 + p.attn_dropout
+    other = p.other * b / div
+    dim = _gemm_dim(p, tokens, tp)
+    eff = r.eff.for_flash() if p.attention and r.attention == "flash" else r.eff
+    total, c, m = eff.seconds(r.peak, r.vector, r.bandwidth, mm, other, traffic, dim, kernels)
+    mm_s = mm / eff.matmul_rate(r.peak, mm, dim) if mm else 0.0
+    return total, c, m, mm_s, kernels
+
+
+def op_time(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float, tp: int, t: Training,
+            training: bool) -> OpTime:  # fmt: skip
+    fwd, c, m, mm_s, kernels = _forward(p, r, b, div, wdiv, tokens, tp)
+    out = OpTime(forward=fwd, compute=c, memory=m)
+    if not training:
+        return out
+    scale = FLASH_BACKWARD if p.attention and r.attention == "flash" else 2.0
+    bc = scale * (c + mm_s * (1.0 / r.eff.backward - 1.0))  # the GEMMs at the backward's rate
+    out.backward = combine(bc, scale * m, r.eff.overlap) + 2 * kernels * r.eff.kernel_overhead
+    out.compute += bc
+    out.memory += scale * m
+    again = (
+        (t.recompute == "full" and p.in_block)
+        or (t.recompute == "selective" and p.attention)
+        or (t.recompute == "op" and p.in_block and not p.matmul)
+    )
+    if again:
+        out.recompute = fwd
+        out.compute += c
+        out.memory += m
+    return out
+
+
+@dataclass
+class StageTime:
+    """One micro-batch on one device of a stage: seconds by pass and by category."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    recompute: float = 0.0
+    by_category: dict[str, float] | None = None
+    memory_bound: float = 0.0  # seconds of ops whose memory traffic outlasts their compute
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute
+
+
+def rates(dev: Device, dtype: str, elem_bytes: int, attention: str | None) -> Rates:
+    impl = attention or dev.attention
+    return Rates(dev.peak(dtype), dev.vector_flops, dev.bandwidth, elem_bytes, dev.efficiency, impl)
+
+
+def stage_time(prof: GraphProfile, stage: int, lay: Layout, t: Training, r: Rates, training: bool) -> StageTime:
+    """Seconds one micro-batch spends computing on a device of ``stage``."""
     st = prof.stages(lay.pp)[stage]
-    r = _Rates(dev.peak(prof.dtype), dev.vector_flops, dev.bandwidth, prof.elem_bytes)
-    key = (st.key, r, lay.tp, lay.cp, lay.ep, t.sequence_parallel, t.micro_batch, t.recompute, training)
+    key = ("time", st.key, r, lay.tp, lay.cp, lay.ep, t.sequence_parallel, t.micro_batch, t.recompute, training)
     if key not in prof.memo:
-        prof.memo[key] = _stage_seconds(st, *key[1:])
-    return prof.memo[key]
+        prof.memo[key] = _stage_time(st, prof.seq, r, lay, t, training)
+    return prof.memo[key]  # type: ignore[return-value]
 
 
-def _stage_seconds(
-    st: Stage, r: _Rates, tp: int, cp: int, ep: int, sp: bool, b: int, recompute: str, training: bool
-) -> float:
-    total = 0.0
+def _stage_time(st: Stage, seq: int, r: Rates, lay: Layout, t: Training, training: bool) -> StageTime:
+    out = StageTime(by_category={})
+    b = t.micro_batch
     for p, count in st.ops:
-        split = tp if p.sharded or sp else 1
-        wdiv = (tp if p.sharded else 1) * (ep if p.routed else 1)
-        one = _op_seconds(p, r, b, split * cp, wdiv)
-        passes = 1
-        if training:
-            passes = 3 + (recompute == "full" and p.in_block) + (recompute == "selective" and p.attention)
-        total += count * passes * one
-    return total
+        split = lay.tp if p.sharded or t.sequence_parallel else 1
+        wdiv = (lay.tp if p.sharded else 1) * (lay.ep if p.routed else 1)
+        ot = op_time(p, r, b, split * lay.cp, wdiv, b * seq / lay.cp, lay.tp, t, training)
+        out.forward += count * ot.forward
+        out.backward += count * ot.backward
+        out.recompute += count * ot.recompute
+        cat = "attention" if p.attention else "matmul" if p.matmul else "memory_bound"
+        assert out.by_category is not None
+        out.by_category[cat] = out.by_category.get(cat, 0.0) + count * (ot.forward + ot.backward + ot.recompute)
+        if ot.memory > ot.compute:
+            out.memory_bound += count * (ot.forward + ot.backward + ot.recompute)
+    return out
 
 
-def group_seconds(groups: dict[str, dict[str, float]], lay: Layout, link: Interconnect) -> dict[str, float]:
-    """Seconds each group's collectives take on its link."""
-    strides = {"tp": (1, lay.tp), "cp": (lay.tp, lay.cp), "ep": (lay.tp * lay.cp, lay.ep)}
-    strides |= {"dp": (lay.tp * lay.cp, lay.dp), "pp": (lay.tp * lay.cp * lay.dp, 2)}
-    return {g: sum(v.values()) / link.bandwidth(*strides[g]) for g, v in groups.items()}
+def optimizer_seconds(params: int, r: Rates) -> float:
+    """Adam's step on a device's ``params`` elements: memory-bound, fp32 master weights, momentum and variance
+    read and written, the gradient read, the 16-bit weight written (mixed precision: 4·6 + 2 + 2 bytes)."""
+    traffic = params * (24 + 2 * r.weight_bytes) if r.weight_bytes < 4 else params * 16
+    return r.eff.seconds(r.peak, r.vector, r.bandwidth, 0, 0, traffic, 0, 1)[0] if params else 0.0

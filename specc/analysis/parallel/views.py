@@ -19,6 +19,11 @@ MEMORY_NOTES = {
     "optimizer_states": "Adam: fp32 master + m + v = 12 B/param mixed precision, 8 B fp32 (/N_d from ZeRO-1)",
     "activations": "Korthikanti et al. 2022 from the graph: /tp, /tp with SP, recompute; × micro-batches in flight",
     "kv_cache": "inference: the replica's G/dp sequences, KV heads / tp, tokens / cp",
+    "recompute_transient": "backward with recompute: one block's activations regenerated on top of what was kept",
+    "optimizer_transient": "the optimizer step's fp32 gradient copy (4 B/param; sharded away from ZeRO-1)",
+    "comm_buffers": "communication library buffers (device profile) + FSDP's gathered blocks (current + prefetch)",
+    "runtime_context": "CUDA context, library workspaces, framework (device profile runtime.context)",
+    "allocator_reserve": "caching allocator's reserve over what it hands out (device profile runtime.reserve)",
     "total": "",
 }
 CONVENTIONS = {
@@ -28,10 +33,14 @@ CONVENTIONS = {
     "zero": "ZeRO (Rajbhandari et al. 2020): N_d = dp × cp ranks hold the same weights (dp × cp / ep for experts)",
     "comm": "bytes each device sends per step with ring algorithms: all-reduce 2(n−1)/n·S, all-gather and "
     "reduce-scatter (n−1)/n·S, all-to-all (n−1)/n of what it holds, p2p its tensor",
-    "bubble": "1F1B pipeline: (P − 1) / (M + P − 1), M micro-batches per replica",
-    "step_time": "roofline per op (÷ tp, ÷ cp) × 3 passes for training (+ recompute), (M + P − 1) slots of the "
-    "slowest stage, collectives at their link's bandwidth without overlap, then the dp gradient traffic; "
-    "inference: one forward of the global batch; kernels at peak, so a lower bound (MFU an upper bound)",
+    "bubble": "idle share with equal stages: (P − 1)/d / (M + (P − 1)/d), d = 1 for 1F1B and GPipe, V for "
+    "interleaved 1F1B, 3 for zero-bubble (ZB-H1); M micro-batches per replica",
+    "step_time": "per op: FLOPs at the matmul/vector unit's efficiency for its size and shape, bytes at the memory "
+    "system's, combined by the device profile's rule (max + (1 − overlap)·min) plus launch overheads; backward 2× "
+    "(flash attention 2.5×), recompute per policy; M slots of the slowest stage (compute + exposed tp/ep/pp "
+    "collectives, cp overlapped with attention) + the others' fill/drain ÷ d; then the exposed dp sync "
+    "(overlapped with backward; FSDP gathers prefetched) and the optimizer step. Collectives: steps × latency + "
+    "bus bytes / (link bandwidth × efficiency) per tier",
     "mfu": "model FLOPs (3 × forward in training, no recompute, full attention count) / (step × devices × peak)",
 }
 
@@ -55,8 +64,8 @@ def layout_sections(c: LayoutCost, device: Any, link: Any) -> list[Section]:
         setup.add("recompute", t.recompute)
     setup.add("sequence parallel", "yes" if t.sequence_parallel else "no")
     mem = Section(f"Memory per device (pipeline stage {c.memory_stage})", ["item", "bytes", "", "what"], text_last=True)
-    for k in ITEMS:
-        mem.add(k, fmt.count(c.memory[k]), fmt.nbytes(c.memory[k]), MEMORY_NOTES[k])
+    for k in c.memory:
+        mem.add(k, fmt.count(c.memory[k]), fmt.nbytes(c.memory[k]), MEMORY_NOTES.get(k, ""))
     if device is not None:
         fits = "fits" if c.fits else "does NOT fit"
         need, have = fmt.nbytes(c.memory["total"]), fmt.nbytes(device.memory)
@@ -67,15 +76,45 @@ def layout_sections(c: LayoutCost, device: Any, link: Any) -> list[Section]:
         comm.add(k, fmt.count(c.comm[k]), fmt.nbytes(c.comm[k]), groups or "-")
     step = Section("Step", ["", "value"])
     step.add("pipeline bubble", f"{100 * c.bubble:.1f}%")
+    sections = [setup, mem, comm, step]
     if c.step_time is not None:
         step.add("step time", fmt.seconds(c.step_time))
         for k, v in c.time.items():
             step.add(f"  {k}", fmt.seconds(v))
         step.add("MFU", f"{100 * (c.mfu or 0):.1f}%")
-        step.notes.append(f"{device.name} on {link.name}: an estimate from the roofline and link bandwidths")
+        b = c.breakdown
+        step.notes.append(
+            f"{device.name} on {link.name}, attention {b['attention']}, schedule {b['schedule']}: the device "
+            "profile's efficiency model (see conventions)"
+        )
+        sections.append(_time_section(c))
     else:
         step.notes.append("step time and MFU need --device (and optionally --interconnect)")
-    return [setup, mem, comm, step, conventions()]
+    return [*sections, conventions()]
+
+
+def _time_section(c: LayoutCost) -> Section:
+    """Where the step's time goes on the slowest stage."""
+    b = c.breakdown
+    s = Section(f"Where the time goes (stage {b['slowest_stage']}, per step)", ["part", "seconds", "share", "what"],
+                text_last=True)  # fmt: skip
+    total = c.step_time or 1.0
+
+    def add(name: str, v: float, what: str) -> None:
+        s.add(name, fmt.seconds(v), f"{100 * v / total:.1f}%", what)
+
+    what = {"matmul": "linear layers (GEMMs)", "attention": "attention cores"}
+    what["memory_bound"] = "norms, activations, residuals, embeddings"
+    for cat, v in sorted(b["compute_by_category"].items(), key=lambda kv: -kv[1]):
+        add(f"compute:{cat}", v, what.get(cat, ""))
+    add("memory-bound ops", b["memory_bound"], "of the compute above: ops whose traffic outlasts their FLOPs")
+    for k, v in b["passes"].items():
+        add(f"pass:{k}", v, "")
+    for g, v in b["exposed_comm"].items():
+        add(f"exposed:{g}", v, b["overlap"].get(g, ""))
+    add("bubble", b["bubble"], f"pipeline fill and drain ({b['schedule']})")
+    add("optimizer", b["optimizer"], "Adam step (memory-bound)")
+    return s
 
 
 def conventions() -> Section:
@@ -101,7 +140,7 @@ def plan_sections(r: PlanResult) -> list[Section]:
         )  # fmt: skip
     s.notes.append(
         f"{r.considered} layouts considered, {r.fitting} fit in {fmt.nbytes(r.device.memory)} "
-        "(per-device total ≤ device memory; no allowance for workspace or fragmentation)"
+        "(per-device total, with the device profile's runtime context, allocator reserve and buffers)"
     )
     s.notes.append(f"global batch {r.global_batch}; links: {r.link.name}; ranked by estimated step time")
     if not r.plans:
