@@ -26,6 +26,7 @@ PROBE = Path(__file__).parent / "train_step_probe.py"
 
 
 POLICIES = ("none", "selective", "op", "full")
+pytestmark = pytest.mark.serial  # timed against the profile: alone on the machine (scripts/test's second phase)
 
 
 @pytest.fixture(scope="module")
