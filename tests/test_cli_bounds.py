@@ -258,13 +258,14 @@ sys.exit(specc.cli.run(sys.argv[1:]))
     ("args", "needle"),
     [
         (["compile", "gpt2-xl", "--target", "torch", "-o", "x.safetensors"], "needs 5.8 GiB"),
-        (["compile", "gpt2", "--target", "onnx", "-o", "x.onnx"], "at its peak"),
+        # streamed, an export holds one seeded parameter at a time: here a 1.2 GB token table
+        (["compile", "gpt2", "--set", "vocab_size=400000", "--target", "onnx", "-o", "x.onnx"], "at its peak"),
     ],
     ids=["build", "export"],
 )
 def test_rlimit_as_is_honoured(tmp_path: Path, args: list[str], needle: str) -> None:
-    """With ``ulimit -v`` 1 GiB above what the process maps, a 6 GB build and a 2.5 GB export peak are refused
-    before anything is allocated, naming the limit."""
+    """With ``ulimit -v`` 1 GiB above what the process maps, a 6 GB build and an export drawing a 1.2 GB
+    parameter are refused before anything is allocated, naming the limit."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", RLIMITED, *args], capture_output=True, text=True, cwd=tmp_path,
                           env=env, timeout=120)  # fmt: skip
