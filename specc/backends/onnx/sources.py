@@ -34,7 +34,7 @@ from ...interop import plan as plans
 from ...interop.checkpoint import TensorInfo
 from ...interop.names import hf_family
 from ...ir.graph import LayerGraph
-from .recipes import Param
+from .recipes import CHUNK_BYTES, Param
 
 Feed = Callable[[str, Param], None]
 NUMPY = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16}
@@ -190,21 +190,109 @@ class FileSource(WeightSource):
 
 @dataclass
 class SeededSource(WeightSource):
-    """The torch backend's seeded initialisation, drawn on the fly (fp32, the order of its module tree)."""
+    """The torch backend's seeded initialisation (``Model.init_weights``: one generator, the module tree's
+    parameter order, fp32), drawn as the stream reads it: a parameter over ``CHUNK_BYTES`` is drawn piece by piece
+    (``DrawnParam``), the rest whole."""
 
     graph: LayerGraph
 
-    def feed(self, feed: Feed) -> None:
+    def _plan(self) -> tuple[Any, list[tuple[str, tuple[int, ...], str, float]]]:
+        """(the meta model, [(name, shape, rule, std or bound)]), as ``init_weights`` walks them."""
+        import re
+
         import torch
 
+        from ..torch.layers.model import init_rule
         from ..torch.source import model_class
 
         with torch.device("meta"):
             model = model_class(self.graph)()
-        model.init_weights(place=lambda name, param, t: feed(name, ArrayParam(t.numpy())))
+        out = []
+        for owner_name, owner in model.named_modules():
+            for local, param in owner.named_parameters(recurse=False):
+                name, rule, scale = f"{owner_name}.{local}".lstrip("."), init_rule(owner, local), 0.0
+                if rule == "rnn":
+                    scale = (owner.hidden_size if isinstance(owner, torch.nn.RNNBase) else owner.hidden) ** -0.5
+                elif rule == "normal":
+                    scale = model.META["residual_std" if re.match(model.RESIDUAL, name) else "init_std"]
+                out.append((name, tuple(param.shape), rule, scale))
+        return model, out
+
+    def feed(self, feed: Feed) -> None:
+        import torch
+
+        model, plan = self._plan()
+        gen = torch.Generator().manual_seed(int(model.META["seed"]))
+        for name, shape, rule, scale in plan:
+            if rule == "normal" and 4 * math.prod(shape) > CHUNK_BYTES:
+                drawn = DrawnParam(shape, scale, gen)
+                feed(name, drawn)
+                drawn.finish()
+                continue
+            t = torch.empty(shape)
+            if rule in ("zeros", "ones"):
+                t.fill_(float(rule == "ones"))
+            elif rule == "rnn":
+                t.uniform_(-scale, scale, generator=gen)
+            else:
+                t.normal_(0.0, scale, generator=gen)
+            feed(name, ArrayParam(t.numpy()))
 
     def held_bytes(self) -> int:
-        return 4 * max((math.prod(p.shape) for p in self.graph.params().values()), default=0)
+        _, plan = self._plan()
+        return max((4 * math.prod(s) for _, s, rule, _ in plan if rule != "normal"), default=0)
+
+
+class DrawnParam:
+    """A ``normal`` parameter drawn from the shared generator as its rows are read. torch's CPU ``normal_``
+    turns the uniforms of 16-element groups into normals in order and redraws the last 16 of an odd-sized
+    tensor, so pieces of a multiple of 16 elements (the last one at least 16) drawn one after another equal the
+    whole tensor drawn at once. Reading from the start again replays the generator from this parameter's
+    state; ``finish`` draws what no reader took, leaving the generator where ``init_weights`` leaves it."""
+
+    def __init__(self, shape: tuple[int, ...], std: float, gen: Any) -> None:
+        self.shape, self.dtype, self.std, self.gen = shape, np.dtype(np.float32), std, gen
+        self.total, self.row = math.prod(shape), math.prod(shape[1:])
+        self.start = gen.get_state()
+        self.drawn = self.served = 0
+        self.buf = np.empty(0, np.float32)
+        self.closed = False
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        assert not self.closed, "a drawn parameter was read after the generator moved on"
+        lo, hi = start * self.row, stop * self.row
+        if lo < self.served:  # a second reader: replay this parameter's draws
+            self.gen.set_state(self.start)
+            self.drawn = self.served = 0
+            self.buf = np.empty(0, np.float32)
+        while self.served < lo:
+            self._take(min(lo - self.served, CHUNK_BYTES // 4))
+        return self._take(hi - lo).reshape((stop - start, *self.shape[1:]))
+
+    def finish(self) -> None:
+        while self.drawn < self.total:
+            self._draw(CHUNK_BYTES // 4)
+        self.buf = np.empty(0, np.float32)
+        self.closed = True
+
+    def _take(self, count: int) -> np.ndarray:
+        if self.buf.size < count:
+            self._draw(count - self.buf.size)
+        out, self.buf = self.buf[:count], self.buf[count:]
+        self.served += count
+        return out
+
+    def _draw(self, need: int) -> None:
+        import torch
+
+        left = self.total - self.drawn
+        count = min(left, -(-need // 16) * 16)
+        if left - count < 16:
+            count = left  # the last piece keeps at least 16 elements
+        t = torch.empty(count)
+        t.normal_(0.0, self.std, generator=self.gen)
+        self.buf = np.concatenate([self.buf, t.numpy()]) if self.buf.size else t.numpy()
+        self.drawn += count
 
 
 @dataclass
