@@ -318,10 +318,25 @@ def open_weights(g: LayerGraph, weights: Any = None) -> WeightSource:
     if weights is None:
         return SeededSource(g)
     if isinstance(weights, dict):
-        from ..torch.weights import read_weights
-
-        return DictSource(read_weights(weights, g))
+        return dict_source(g, weights)
     return file_source(g, os.fspath(weights))
+
+
+def dict_source(g: LayerGraph, weights: dict[str, Any]) -> DictSource:
+    """The torch loader's checks (names, shapes, dtypes, finite values), without its copy: the export only reads."""
+    import torch
+
+    from ...interop.names import to_specc_names
+    from ..torch.weights import check_dtypes, check_finite, check_matches
+
+    bad = [k for k, v in weights.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if bad:
+        raise SpecError(f"weights must map names to torch tensors; {bad[0]!r} does not", file="weights")
+    check_finite(weights, "weights")
+    tensors = to_specc_names(g, dict(weights))
+    check_matches(g, {n: tuple(t.shape) for n, t in tensors.items()}, "weights")
+    check_dtypes(tensors, "weights")
+    return DictSource(tensors)
 
 
 def file_source(g: LayerGraph, path: str) -> FileSource:
