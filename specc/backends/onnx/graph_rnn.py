@@ -30,9 +30,7 @@ from .ops_rnn import rnn_layer
 INT64 = TensorProto.INT64
 
 
-def build_rnn(
-    g: LayerGraph, params: Mapping[str, tuple[int, ...]], opts: ExportOptions
-) -> tuple[LazyModel, LazyModel]:
+def build_rnn(g: LayerGraph, params: Mapping[str, tuple[int, ...]], opts: ExportOptions) -> tuple[LazyModel, LazyModel]:
     dec = next(op for op in g.ops() if op.kind == "rnn_decoder")
     return _encoder(g, dec, params, opts), _step(g, dec, params, opts)
 

@@ -404,4 +404,3 @@ def remove_unused_data(path: Path, keep: str | None) -> None:
         if entry.name != keep and pattern.match(entry.name) and entry.is_file(follow_symlinks=False):
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
-
