@@ -72,6 +72,7 @@ def export_onnx(
     block_size: int | None = None,
     quantize_head: bool | None = None,
     quantize_embedding: bool | None = None,
+    genai: bool = False,
 ) -> Path:
     """Write ``spec`` as ONNX with one fused attention node per attention layer; returns ``path``.
 
@@ -86,7 +87,9 @@ def export_onnx(
     input channels (default 32), lm_head included unless ``quantize_head=False``, token embeddings unless
     ``quantize_embedding=False`` (default: wherever the onnxruntime in use supports it).
     ``moe``: ``sparse`` (each expert runs on its routed tokens) or ``dense`` (every expert on every token:
-    static shapes, no data-dependent ops); see ops_moe.py.
+    static shapes, no data-dependent ops); see ops_moe.py. ``genai``: also write ``genai_config.json`` (and the
+    tokenizer files of the weights' folder) so onnxruntime-genai loads the model (decoder-only with
+    ``kv_cache``; genai.py).
     """
     from ...spec.loader import load_spec
 
@@ -113,8 +116,14 @@ def export_onnx(
         validate(g, opts)
     if split:
         graph_encdec.validate(g)
+    if genai:
+        from . import genai as genai_config
+
+        genai_config.validate(g, opts, quant is not None)
     given = Path(path)
     path = output_target(given, inputs=_weight_inputs(weights))  # before any work; symlinks resolved
+    if genai:
+        genai_config.check_targets(path, weights)
     if family == "rnn_seq2seq":
         output_target(step_path(path), inputs=_weight_inputs(weights))
     if split:
@@ -149,6 +158,8 @@ def export_onnx(
         model = quantize_model(model, g, quant, opts.dtype, source)
     set_metadata(model.model, {**base, "specc.role": "model"})
     write_models([(model, path)], source, check)
+    if genai:
+        genai_config.write(g, opts, path, weights)
     return given
 
 
