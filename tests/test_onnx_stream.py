@@ -175,3 +175,18 @@ def test_the_estimate_is_the_streamed_peak() -> None:
     assert export_peak_bytes(7_000_000_000, "fp32") == export_peak_bytes(1_000_000, "fp32") < 1 << 30
     assert export_peak_bytes(1_000_000, "fp32", whole=True) >= 16.9e6  # measured on gpt2: 16.9 B/param
     assert export_peak_bytes(1_000_000, "fp32", held=1 << 30) > 2 << 30
+
+
+def test_dynamic_int8_takes_the_whole_model_path(tmp_path: Path) -> None:
+    """quantize_dynamic rewrites a whole model in memory: the weights are materialised for it, and the result
+    tracks the float graph."""
+    from specc.backends.onnx.quantize import Quantization
+
+    spec = specc.load_spec("gpt2", ["blocks=1", "d_model=64", "attention.heads=4", "vocab_size=100", "context=32",
+                                    "mlp.hidden=128"])  # fmt: skip
+    q = specc.export_onnx(spec, tmp_path / "q.onnx", quantize=Quantization("int8", 32, method="dynamic"))
+    f = specc.export_onnx(spec, tmp_path / "f.onnx")
+    assert {"MatMulInteger", "DynamicQuantizeLinear"} <= {n.op_type for n in onnx.load(str(q)).graph.node}
+    ids = np.array([[1, 2, 3, 99]], np.int64)
+    got, want = _logits(q, ids), _logits(f, ids)
+    assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.99
