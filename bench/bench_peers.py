@@ -4,8 +4,8 @@
     python bench/bench_peers.py --quick    # smoke test: a 30M-parameter twin, few training steps
     python bench/bench_peers.py --keep DIR # keep the twins and graphs in DIR
 
-One run measures, for specc (`specc compile --target onnx --kv-cache --genai [--quantize int4]`) and the builder
-(`python -m onnxruntime_genai.models.builder -p fp32|int4 -e cpu`), from the same save_pretrained folder
+One run measures, for specc (`specc compile --target onnx --kv-cache --genai [--quantize int8|int4]`) and the
+builder (`python -m onnxruntime_genai.models.builder -p fp32|int8|int4 -e cpu`), from the same save_pretrained folder
 (fp32 safetensors, made here from a config with random weights; nothing is downloaded):
 - export wall time and peak RSS (the exporting process's, from wait4; RSS is the number that does not depend on
   how loaded the host is);
@@ -15,7 +15,7 @@ One run measures, for specc (`specc compile --target onnx --kv-cache --genai [--
   ids (the longest common prefix, of 64);
 - one forward over 512 tokens (genai: the prompt appended in one call);
 - on a character-level Llama trained here (the repository's Python sources; HF transformers, a few hundred
-  steps), the mean KL(HF fp32 ‖ graph) of the next-token distributions on held-out windows, fp32 and int4.
+  steps), the mean KL(HF fp32 ‖ graph) of the next-token distributions on held-out windows, fp32, int8, int4.
 The builder runs in its own environment (bench/requirements-peers.txt via scripts/genai_env.sh): it and
 onnxruntime-genai need the plain onnxruntime, which clashes with specc's onnxruntime-gpu. Every stage is its own
 process, one at a time.
@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 WORKER = ROOT / "bench" / "peers_worker.py"
+PRECISIONS = (None, "int8", "int4")  # None: fp32
 
 # TinyLlama-1.1B's shape (Llama, GQA 32/4): 1.10B parameters, 4.4 GB in fp32
 SHARED = dict(vocab_size=32000, max_position_embeddings=2048, tie_word_embeddings=False)
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
 
     rows: dict[str, dict] = {}
     for tool in ("specc", "builder"):
-        for q in (None, "int4"):
+        for q in PRECISIONS:
             name = f"{tool} {q or 'fp32'}"
             out = work / name.replace(" ", "-")
             if out.exists():
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     trained = bench.worker("train", str(lm), "--text", str(text), "--steps", str(steps), "--threads", str(args.threads))
     graphs = []
     for tool in ("specc", "builder"):
-        for q in (None, "int4"):
+        for q in PRECISIONS:
             out = work / f"lm-{tool}-{q or 'fp32'}"
             if out.exists():
                 shutil.rmtree(out)

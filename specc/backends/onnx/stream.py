@@ -85,14 +85,14 @@ class _Counting(Sink):
         return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ExternalSink(_Counting):
     """Tensors into ``data`` (the staged file named ``location`` beside the model), the model proto last."""
 
-    model: onnx.ModelProto = field(default_factory=onnx.ModelProto)
-    path: Path = Path()
-    data: Path = Path()
-    location: str = ""
+    model: onnx.ModelProto
+    path: Path
+    data: Path
+    location: str
     spans: dict[str, tuple[int, int]] = field(default_factory=dict)
     _file: BinaryIO | None = None
     _start_at: int = 0
@@ -144,12 +144,12 @@ class ExternalSink(_Counting):
             self._file = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class InlineSink(_Counting):
     """The model proto without its weights first, then each weight as one more ``graph`` field (see above)."""
 
-    model: onnx.ModelProto = field(default_factory=onnx.ModelProto)
-    path: Path = Path()
+    model: onnx.ModelProto
+    path: Path
     _file: BinaryIO | None = None
 
     def __post_init__(self) -> None:
@@ -192,11 +192,11 @@ class InlineSink(_Counting):
             self._file = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MemorySink(_Counting):
     """Weights into the model itself (``raw_data``): for the whole-model quantizer (quantize.py, dynamic)."""
 
-    model: onnx.ModelProto = field(default_factory=onnx.ModelProto)
+    model: onnx.ModelProto
     parts: list[bytes] = field(default_factory=list)
     data: dict[str, bytes] = field(default_factory=dict)
 
