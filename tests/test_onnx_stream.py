@@ -126,7 +126,7 @@ def test_peak_rss_is_a_fraction_of_the_model(tmp_path: Path, quantize: str) -> N
     m = json.loads(proc.stdout.splitlines()[-1])
     fp32 = 4 * m["params"]
     assert m["peak"] <= 0.5e9 + 0.25 * fp32, m
-    assert m["peak"] - m["base"] < 0.5 * fp32, m  # less than half the model above the interpreter
+    assert m["peak"] - m["base"] < 0.75 * fp32, m  # never the whole model (measured: 0.15-0.18 GB above)
 
 
 LIMITED = """
