@@ -190,3 +190,17 @@ def test_dynamic_int8_takes_the_whole_model_path(tmp_path: Path) -> None:
     ids = np.array([[1, 2, 3, 99]], np.int64)
     got, want = _logits(q, ids), _logits(f, ids)
     assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.99
+
+
+def test_specc_checkpoint_streams(tmp_path: Path, small_chunks: None) -> None:
+    """A `specc compile --target torch` checkpoint (bf16, specc names) exports chunk by chunk to the logits of
+    the torch model loaded from it."""
+    spec = specc.load_spec("llama2-7b", [*TINY, "attention.kv_heads=2", "dtype=fp32"])
+    from specc.backends.torch.checkpoint import compile_checkpoint
+
+    ckpt = compile_checkpoint(spec, tmp_path / "m.safetensors", dtype="bf16")
+    path = specc.export_onnx(spec, tmp_path / "m.onnx", weights=ckpt, dtype="fp32")
+    ids = np.array([[3, 1, 4, 1, 5]], np.int64)
+    with torch.no_grad():
+        want = specc.build_torch(spec, weights=ckpt, dtype="fp32")(torch.from_numpy(ids)).numpy()
+    np.testing.assert_allclose(_logits(path, ids), want, atol=1e-5)
