@@ -38,7 +38,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 WORKER = ROOT / "bench" / "peers_worker.py"
-PRECISIONS = (None, "int8", "int4")  # None: fp32
+# (name, tool, precision, specc options): int4 with the token table kept float is the builder's int4 layout
+VARIANTS = [
+    ("specc fp32", "specc", None, []),
+    ("specc int8", "specc", "int8", []),
+    ("specc int4", "specc", "int4", []),
+    ("specc int4 (table fp32)", "specc", "int4", ["--no-quantize-embedding"]),
+    ("builder fp32", "builder", None, []),
+    ("builder int8", "builder", "int8", []),
+    ("builder int4", "builder", "int4", []),
+]
 
 # TinyLlama-1.1B's shape (Llama, GQA 32/4): 1.10B parameters, 4.4 GB in fp32
 SHARED = dict(vocab_size=32000, max_position_embeddings=2048, tie_word_embeddings=False)
@@ -88,13 +97,20 @@ class Bench:
     def worker(self, *args: str) -> dict:
         return last_json(run_measured([self.peer, str(WORKER), *args], self.env)[2])
 
-    def export_specc(self, hf: Path, out: Path, quantize: str | None) -> tuple[float, int]:
+    def export(self, tool: str, hf: Path, out: Path, quantize: str | None, extra: list[str]) -> tuple[float, int]:
+        if out.exists():
+            shutil.rmtree(out)
+        if tool == "specc":
+            return self.export_specc(hf, out, quantize, extra)
+        return self.export_builder(hf, out, quantize)
+
+    def export_specc(self, hf: Path, out: Path, quantize: str | None, extra: list[str]) -> tuple[float, int]:
         spec = self.work / f"{hf.name}.yaml"
         run_measured([sys.executable, "-m", "specc", "import-hf", str(hf), "-o", str(spec)], self.env)
         out.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "specc", "compile", str(spec), "--target", "onnx", "--kv-cache", "--genai",
                "--weights", str(hf), "-o", str(out / "model.onnx")]  # fmt: skip
-        cmd += ["--quantize", quantize] if quantize else []
+        cmd += [*(["--quantize", quantize] if quantize else []), *extra]
         seconds, rss, _ = run_measured(cmd, self.env)
         return seconds, rss
 
@@ -154,16 +170,11 @@ def main(argv: list[str] | None = None) -> None:
           f"{sum(f.stat().st_size for f in hf.glob('*.safetensors')) / 1e9:.2f} GB")  # fmt: skip
 
     rows: dict[str, dict] = {}
-    for tool in ("specc", "builder"):
-        for q in PRECISIONS:
-            name = f"{tool} {q or 'fp32'}"
-            out = work / name.replace(" ", "-")
-            if out.exists():
-                shutil.rmtree(out)
-            export = bench.export_specc if tool == "specc" else bench.export_builder
-            seconds, rss = export(hf, out, q)
-            rows[name] = {"export_s": seconds, "rss": rss, "bytes": folder_bytes(out), "out": out}
-            print(f"  exported {name}: {seconds:.1f} s, peak RSS {rss / 1e9:.2f} GB", file=sys.stderr, flush=True)
+    for i, (name, tool, q, extra) in enumerate(VARIANTS):
+        out = work / f"graph-{i}"
+        seconds, rss = bench.export(tool, hf, out, q, extra)
+        rows[name] = {"export_s": seconds, "rss": rss, "bytes": folder_bytes(out), "out": out}
+        print(f"  exported {name}: {seconds:.1f} s, peak RSS {rss / 1e9:.2f} GB", file=sys.stderr, flush=True)
     ref = bench.worker("hf-ids", str(hf), "--threads", str(args.threads))["ids"]
     for r in range(2):  # two rounds, variants interleaved, best of each: the host may be shared
         for name, row in rows.items():
@@ -181,15 +192,12 @@ def main(argv: list[str] | None = None) -> None:
     lm = work / "char-lm"
     steps = args.steps or (30 if args.quick else 400)
     trained = bench.worker("train", str(lm), "--text", str(text), "--steps", str(steps), "--threads", str(args.threads))
-    graphs = []
-    for tool in ("specc", "builder"):
-        for q in PRECISIONS:
-            out = work / f"lm-{tool}-{q or 'fp32'}"
-            if out.exists():
-                shutil.rmtree(out)
-            (bench.export_specc if tool == "specc" else bench.export_builder)(lm, out, q)
-            graphs.append(str(out))
-    quality = bench.worker("kl", str(lm), *graphs, "--text", str(text), "--threads", str(args.threads))
+    graphs = {}
+    for i, (name, tool, q, extra) in enumerate(VARIANTS):
+        graphs[name] = work / f"lm-{i}"
+        bench.export(tool, lm, graphs[name], q, extra)
+    folders = [str(g) for g in graphs.values()]
+    quality = bench.worker("kl", str(lm), *folders, "--text", str(text), "--threads", str(args.threads))
 
     print()
     print("| | export time | export peak RSS | files | session load | decode tok/s (32 + 64) | ids = HF | "
@@ -204,9 +212,9 @@ def main(argv: list[str] | None = None) -> None:
           f"128 characters):")  # fmt: skip
     print("| graph | mean KL(HF fp32 ‖ graph) | perplexity |")
     print("|---|---|---|")
-    for g in graphs:
-        q = quality[Path(g).name]
-        print(f"| {Path(g).name[3:].replace('-', ' ')} | {q['kl']:.2e} | {q['ppl']:.3f} |")
+    for name, g in graphs.items():
+        q = quality[g.name]
+        print(f"| {name} | {q['kl']:.2e} | {q['ppl']:.3f} |")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
 

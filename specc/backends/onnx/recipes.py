@@ -52,6 +52,12 @@ Chunk = tuple[int, np.ndarray]  # (output index, the next rows of that output)
 Read = Callable[[str], Param]
 
 
+def pieces(p: Param, start: int, stop: int) -> list[np.ndarray]:
+    """Rows ``start:stop`` of ``p`` as consecutive arrays (one, unless the parameter joins several sources)."""
+    split = getattr(p, "pieces", None)
+    return split(start, stop) if split is not None else [p.rows(start, stop)]
+
+
 def row_chunks(rows: int, row_elems: int) -> Iterator[tuple[int, int]]:
     step = max(1, CHUNK_BYTES // max(1, 4 * row_elems))
     for start in range(0, rows, step):
@@ -77,7 +83,8 @@ class Cast:
             yield 0, np.asarray(p.rows(0, 1)).astype(self.out.dtype).reshape(())
             return
         for a, b in row_chunks(shape[0], math.prod(shape[1:])):
-            yield 0, np.ascontiguousarray(p.rows(a, b).astype(self.out.dtype, copy=False))
+            for piece in pieces(p, a, b):
+                yield 0, np.ascontiguousarray(piece.astype(self.out.dtype, copy=False))
 
 
 @dataclass(frozen=True)
@@ -134,10 +141,10 @@ class NBits:
         whole = p.rows(self.expert, self.expert + 1)[0] if self.expert is not None else None
         scales = []
         for a, b in row_chunks(self.n, self.k):
-            w = whole[a:b] if whole is not None else p.rows(a, b)
-            packed, s = quantize_rows(w.astype(self.dtype, copy=False), self.bits, self.block)
-            scales.append(s)
-            yield 0, packed
+            for w in [whole[a:b]] if whole is not None else pieces(p, a, b):  # output rows are independent
+                packed, s = quantize_rows(w.astype(self.dtype, copy=False), self.bits, self.block)
+                scales.append(s)
+                yield 0, packed
         yield 1, np.concatenate(scales)
 
 

@@ -15,4 +15,3 @@ def set_metadata(model: onnx.ModelProto, props: dict[str, str]) -> None:
         entry = model.metadata_props.add()
         entry.key, entry.value = k, v
     model.producer_version = __version__
-

@@ -89,14 +89,35 @@ def _read(p: FileParam, start: int, stop: int) -> np.ndarray:
     if stop <= start:
         return np.empty((0, *shape[1:]), p.dtype)
     with read.open_regular(p.path, "a safetensors file") as (f, _):
-        buf = read.read_exact(f, p.info.start + start * row, (stop - start) * row, p.path, "the safetensors file")
-    return np.frombuffer(buf, p.dtype).reshape((stop - start, *shape[1:]) if shape else ())
+        buf = _pread(f, p.info.start + start * row, (stop - start) * row, p.path)
+    return buf.view(p.dtype).reshape((stop - start, *shape[1:]) if shape else ())
+
+
+def _pread(f: Any, offset: int, count: int, name: str) -> np.ndarray:
+    """``count`` bytes at ``offset`` into a fresh uninitialised array (``read.read_exact`` zero-fills a
+    bytearray first: a second pass over every byte of the model); a file that ends sooner is truncated."""
+    buf = np.empty(count, np.uint8)
+    view, done = memoryview(buf), 0
+    while done < count:
+        try:
+            n = os.preadv(f.fileno(), [view[done:]], offset + done)
+        except OSError as e:
+            raise read.ReadError(f"cannot read {name}: {e.strerror}", file=name) from None
+        if n == 0:
+            raise read.ReadError(
+                f"the safetensors file is truncated: it ends at byte {offset + done:,}, {count - done:,} bytes early",
+                file=name,
+            )
+        done += n
+    return buf
 
 
 def _finite(a: np.ndarray) -> bool:
-    """No NaN / infinity, judged on the bits for 16-bit floats (all-ones exponent), so nothing is widened."""
+    """No NaN / infinity, judged on the bits for 16-bit floats (all-ones exponent), so nothing is widened. fp32:
+    a finite sum (one pass, no temporary) proves it; an infinite one (NaN, inf, or an overflow) is looked at
+    value by value."""
     if a.dtype == np.float32:
-        return bool(np.isfinite(a).all())
+        return bool(np.isfinite(np.add.reduce(a.reshape(-1)))) or bool(np.isfinite(a).all())
     mask = 0x7C00 if a.dtype == np.float16 else 0x7F80
     return not bool(((a.view(np.uint16) & mask) == mask).any())
 
@@ -151,17 +172,27 @@ class BuiltParam:
         whole = self._whole[WHOLE]
         return whole[start:stop] if whole.ndim else whole
 
+    def pieces(self, start: int, stop: int) -> list[np.ndarray]:
+        """Rows ``start:stop`` as consecutive pieces: a concatenation's parts are not copied into one array."""
+        if self.after is None and self.shape and self.rule.op[:2] == ("cat", 0):
+            return self._cat_parts(start, stop)
+        return [self.rows(start, stop)]
+
     def _source_whole(self, s: FileParam) -> np.ndarray:
         return s.rows(0, s.shape[0] if s.shape else 1)
 
     def _cat_rows(self, start: int, stop: int) -> np.ndarray:
+        parts = self._cat_parts(start, stop)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _cat_parts(self, start: int, stop: int) -> list[np.ndarray]:
         parts, at = [], 0
         for s in self.sources:
             lo, hi = max(start, at), min(stop, at + s.shape[0])
             if lo < hi:
                 parts.append(s.rows(lo - at, hi - at).astype(self.dtype, copy=False))
             at += s.shape[0]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return parts
 
 
 class WeightSource:
