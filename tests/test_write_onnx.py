@@ -126,8 +126,9 @@ def test_rnn_pair_is_written_as_one_group(tmp_path: Path) -> None:
 
 
 def test_export_memory_estimate_counts_the_measured_peak() -> None:
-    """Peak RSS of exporting gpt2 (124M) was 16.9 B/param in fp32 and 12.2 in fp16; the check counts at least
-    that, not the 4 (or 2) bytes of the weights alone."""
-    assert export_peak_bytes(1_000_000, "fp32") >= 16.9e6
-    assert export_peak_bytes(1_000_000, "fp16") >= 12.2e6
-    assert export_peak_bytes(1_000_000, "bf16") >= 12.2e6
+    """Peak RSS of exporting gpt2 (124M) with the whole model in memory (the dynamic int8 quantizer's path) was
+    16.9 B/param in fp32 and 12.2 in fp16; the check counts at least that, not the 4 (or 2) bytes of the weights
+    alone. (Streamed exports: test_onnx_stream.py.)"""
+    assert export_peak_bytes(1_000_000, "fp32", whole=True) >= 16.9e6
+    assert export_peak_bytes(1_000_000, "fp16", whole=True) >= 12.2e6
+    assert export_peak_bytes(1_000_000, "bf16", whole=True) >= 12.2e6

@@ -39,14 +39,15 @@ atomic_write(sys.argv[1], slow)
 SLOW_EXPORT = (
     RESET
     + """
-import sys, time, onnx
+import sys, time
 from specc.cli import run
-real = onnx.save_model
+import specc.backends.onnx.stream as stream
+real = stream.run  # streams the weights into the staged files
 def slow(*a, **k):
     real(*a, **k)
     print("writing", flush=True)
     time.sleep(60)
-onnx.save_model = slow
+stream.run = slow
 sys.exit(run(["compile", "gpt2", "--set", "blocks=1", "--set", "d_model=16", "--set", "attention.heads=2",
               "--set", "vocab_size=50", "--set", "context=16", "--set", "mlp.hidden=32",
               "--target", "onnx", "-o", sys.argv[1]]))

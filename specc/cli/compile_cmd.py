@@ -99,6 +99,14 @@ def compile_(
             show_default=False,
         ),
     ] = None,
+    genai: Annotated[
+        bool,
+        typer.Option(
+            "--genai",
+            help="ONNX: also write genai_config.json (and the weights folder's tokenizer files) for "
+            "onnxruntime-genai; decoder-only with --kv-cache",
+        ),
+    ] = False,
     sets: SetOpt = None,
 ) -> None:
     """Compile a spec: weights + spec (torch), a standalone model.py (python) or ONNX with fused attention."""
@@ -110,6 +118,7 @@ def compile_(
             "--kv-cache": kv_cache or None,
             "--moe": moe,
             "--quantize": quantize,
+            "--genai": genai or None,
         },
         {"--block-size": block_size, "--quantize-head": quantize_head, "--quantize-embedding": quantize_embedding},
         quantize,
@@ -126,6 +135,11 @@ def compile_(
             from ..backends.onnx.graph_encdec import decoder_path
 
             check_output(decoder_path(path), *weight_files(weights))
+        if genai:
+            from ..backends.onnx.genai import targets
+
+            for extra in targets(path, weights):
+                check_output(extra, *weight_files(weights))
     dt = dtype.value if dtype else None
     if target is Target.torch:
         from ..backends.torch.checkpoint import compile_checkpoint
@@ -141,7 +155,7 @@ def compile_(
         opset, attention, moe = 23 if opset is None else opset, attention or AttentionOp.standard, moe or MoEForm.sparse
         export_onnx(s, path, weights=weights, dtype=dt, opset=opset, attention=attention.value, kv_cache=kv_cache,
                     moe=moe.value, quantize=quantize.value if quantize else None, block_size=block_size,
-                    quantize_head=quantize_head, quantize_embedding=quantize_embedding)  # fmt: skip
+                    quantize_head=quantize_head, quantize_embedding=quantize_embedding, genai=genai)  # fmt: skip
     out.print(f"wrote {path}")
 
 

@@ -15,8 +15,12 @@ Layout of the package (one job per file):
 - ``kv_cache``         ``past_key_values.{i}.key|value`` → ``present.{i}.key|value``
 - ``graph_transformer`` / ``graph_rnn``   whole graphs (RNN seq2seq: encoder + one decoder step)
 - ``tables``           position encodings computed as the torch backend computes them
-- ``weights``          tensors from the torch backend (one initialisation, one weight loader)
-- ``save``             metadata, checker, atomic save, external data over 2 GB
+- ``recipes``          how each weight initializer is made from parameters (cast, concat, MatMulNBits), in chunks
+- ``sources``          where parameters come from: safetensors / HF checkpoints by rows, the seeded init, a dict
+- ``weights``          the export's weight source (``sources.open_weights``)
+- ``stream``           the weights streamed from their source through the recipes into the files; checker
+- ``save``             metadata, the 2 GB line past which tensors go to external data
+- ``genai``            ``genai_config.json`` for onnxruntime-genai (``--genai``)
 
 I/O names: inputs ``input_ids``, ``attention_mask`` (1 = token), ``token_type_ids``, ``pixel_values``,
 ``decoder_input_ids``, ``past_key_values.{i}.key|value``, and for decoder-only models an optional

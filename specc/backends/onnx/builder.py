@@ -23,6 +23,7 @@ from onnx import TensorProto, helper
 
 from ...errors import SpecError
 from ...ir.ops import Shape
+from .recipes import Cast, Concat, Out, Recipe
 
 FLOAT_TYPES = {"fp32": TensorProto.FLOAT, "fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
 NUMPY_TYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
@@ -68,14 +69,26 @@ class ExportOptions:
 
 
 @dataclass
+class LazyModel:
+    """An exported graph whose weights are placeholders, and how each is made (written by stream.py)."""
+
+    model: onnx.ModelProto
+    recipes: dict[str, Recipe]  # initializer name → its recipe (a recipe with two outputs appears twice)
+
+
+@dataclass
 class GraphBuilder:
-    """Accumulates one ONNX graph. ``values`` maps IR value names (op / input names) to ONNX tensor names."""
+    """Accumulates one ONNX graph. ``values`` maps IR value names (op / input names) to ONNX tensor names.
+
+    Weights never enter the graph: a parameter becomes a placeholder initializer (name, dtype, shape) and a
+    recipe in ``deferred`` that ``stream.py`` runs when the export writes the file (recipes.py)."""
 
     name: str
     opts: ExportOptions
-    weights: Mapping[str, np.ndarray]
+    params: Mapping[str, tuple[int, ...]]  # IR parameter name → shape
     nodes: list[onnx.NodeProto] = field(default_factory=list)
-    initializers: dict[str, np.ndarray] = field(default_factory=dict)  # serialised once, in place, by model()
+    initializers: dict[str, np.ndarray] = field(default_factory=dict)  # constants, serialised by model()
+    deferred: dict[str, Recipe] = field(default_factory=dict)  # weight initializer name → how it is made
     inputs: list[onnx.ValueInfoProto] = field(default_factory=list)
     outputs: list[onnx.ValueInfoProto] = field(default_factory=list)
     value_info: list[onnx.ValueInfoProto] = field(default_factory=list)
@@ -146,13 +159,32 @@ class GraphBuilder:
     # -- initializers ---------------------------------------------------------------------------------
 
     def param(self, full_name: str) -> str:
-        """The IR parameter as an initializer of the same name, cast to the export dtype (once)."""
-        if full_name not in self.initializers:
-            if full_name not in self.weights:
+        """The IR parameter as an initializer of the same name, cast to the export dtype (a placeholder)."""
+        if full_name not in self.deferred:
+            if full_name not in self.params:
                 raise SpecError(f"weights have no tensor {full_name}", hint="the weights do not match this spec")
-            self.initializers[full_name] = np.asarray(self.weights[full_name]).astype(self.np_ftype, copy=False)
+            shape = tuple(int(d) for d in self.params[full_name])
+            self.deferred[full_name] = Cast(full_name, Out(full_name, self.np_ftype, shape))
             self._names.add(full_name)
         return full_name
+
+    def concat_params(self, names: Sequence[str], hint: str) -> str:
+        """Parameters (1-D or stacked along axis 0) joined along axis 0 as one initializer."""
+        recipes = [self.deferred[n] for n in names]
+        assert all(isinstance(r, Cast) for r in recipes), "only parameters are concatenated"
+        rows = sum(r.outs[0].shape[0] for r in recipes)
+        shape = (rows, *recipes[0].outs[0].shape[1:])
+        name = self.unique(f"const/{hint}")
+        self.deferred[name] = Concat(tuple(r.params[0] for r in recipes), Out(name, self.np_ftype, shape))
+        return name
+
+    def init_shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape of an initializer (constant or weight placeholder); None for any other tensor."""
+        if name in self.initializers:
+            return tuple(self.initializers[name].shape)
+        if name in self.deferred:
+            return next(o.shape for o in self.deferred[name].outs if o.name == name)
+        return None
 
     def const(self, value: Any, hint: str = "const", dtype: Any = None) -> str:
         """A constant initializer (deduplicated). Float constants take the export dtype unless told."""
@@ -206,6 +238,10 @@ class GraphBuilder:
 
     # -- result ---------------------------------------------------------------------------------------
 
+    def lazy(self, doc: str = "") -> LazyModel:
+        """The graph and the recipes of its weight placeholders."""
+        return LazyModel(self.model(doc), dict(self.deferred))
+
     def model(self, doc: str = "") -> onnx.ModelProto:
         graph = helper.make_graph(
             self.nodes, self.name, self.inputs, self.outputs, value_info=self.value_info, doc_string=doc
@@ -222,4 +258,21 @@ class GraphBuilder:
             t.data_type = helper.np_dtype_to_tensor_dtype(arr.dtype)
             t.dims.extend(arr.shape)
             t.raw_data = np.ascontiguousarray(arr if sys.byteorder == "little" else arr.byteswap()).tobytes()
+        for name, recipe in self.deferred.items():
+            m.graph.initializer.append(placeholder(next(o for o in recipe.outs if o.name == name)))
         return m
+
+
+PENDING = "specc:pending"  # the location of a weight not yet written (stream.py replaces it)
+
+
+def placeholder(out: Out) -> onnx.TensorProto:
+    """An initializer that names its dtype and shape and holds no data: the weight comes when the file is written."""
+    t = onnx.TensorProto()
+    t.name = out.name
+    t.data_type = helper.np_dtype_to_tensor_dtype(np.dtype(out.dtype))
+    t.dims.extend(out.shape)
+    t.data_location = onnx.TensorProto.EXTERNAL
+    entry = t.external_data.add()
+    entry.key, entry.value = "location", PENDING
+    return t

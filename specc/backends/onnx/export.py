@@ -1,4 +1,10 @@
-"""``export_onnx``: spec → lower → weights (torch backend's) → ONNX graph(s) → check → atomic save.
+"""``export_onnx``: spec → lower → ONNX graph(s) with weight placeholders → check → weights streamed from their
+source into the staged files (stream.py) → atomic rename.
+
+Memory: the export never holds the model. Each parameter is read (a checkpoint's rows by pread, the seeded init
+drawn piece by piece), cast or quantized and written a chunk at a time, so the peak is a fixed few hundred MB
+above the interpreter whatever the model's size (``export_peak_bytes``), and the memory check refuses only
+what that peak does not fit.
 
 Files written:
 - Transformer families: one model at ``path``.
@@ -19,31 +25,30 @@ are removed afterwards.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import re
-import secrets
 from pathlib import Path
 from typing import Any
 
-import onnx
-
 from ... import __version__
 from ...errors import SpecError
-from ...io import atomic_files, output_target
+from ...io import output_target
 from ...ir.graph import LayerGraph
 from ...ir.lower import lower
 from ...spec.schema import DTYPE_BYTES
 from ...spec.serialize import SPEC_KEY, spec_json
 from . import graph_encdec
-from . import save as _save
 from .builder import ExportOptions
 from .graph_transformer import build_transformer, validate
 from .kv_cache import LAYOUT, buffer_metadata
 from .quantize import Quantization, quantize_model
+from .recipes import CHUNK_BYTES
 from .save import set_metadata
+from .sources import WeightSource
+from .stream import write_models
 from .weights import export_weights
+
+STREAM_FIXED = 256 << 20  # above the interpreter: measured at most 0.4 GB of address space with the chunks
 
 
 def step_path(path: str | os.PathLike[str]) -> Path:
@@ -67,6 +72,7 @@ def export_onnx(
     block_size: int | None = None,
     quantize_head: bool | None = None,
     quantize_embedding: bool | None = None,
+    genai: bool = False,
 ) -> Path:
     """Write ``spec`` as ONNX with one fused attention node per attention layer; returns ``path``.
 
@@ -81,7 +87,9 @@ def export_onnx(
     input channels (default 32), lm_head included unless ``quantize_head=False``, token embeddings unless
     ``quantize_embedding=False`` (default: wherever the onnxruntime in use supports it).
     ``moe``: ``sparse`` (each expert runs on its routed tokens) or ``dense`` (every expert on every token:
-    static shapes, no data-dependent ops); see ops_moe.py.
+    static shapes, no data-dependent ops); see ops_moe.py. ``genai``: also write ``genai_config.json`` (and the
+    tokenizer files of the weights' folder) so onnxruntime-genai loads the model (decoder-only with
+    ``kv_cache``; genai.py).
     """
     from ...spec.loader import load_spec
 
@@ -108,40 +116,50 @@ def export_onnx(
         validate(g, opts)
     if split:
         graph_encdec.validate(g)
+    if genai:
+        from . import genai as genai_config
+
+        genai_config.validate(g, opts, quant is not None)
     given = Path(path)
     path = output_target(given, inputs=_weight_inputs(weights))  # before any work; symlinks resolved
+    if genai:
+        genai_config.check_targets(path, weights)
     if family == "rnn_seq2seq":
         output_target(step_path(path), inputs=_weight_inputs(weights))
     if split:
         output_target(graph_encdec.decoder_path(path), inputs=_weight_inputs(weights))
-    _check_memory(g, opts)
-    w = export_weights(spec, g, weights)
+    source = export_weights(spec, g, weights)  # headers checked; nothing read yet
+    _check_memory(g, opts, quant, source)
+    params = {name: tuple(p.shape) for name, p in g.params().items()}
     base = _metadata(spec, g, opts)
     if quant is not None:
         base.update(quant.metadata())
     if family == "rnn_seq2seq":
         from .graph_rnn import build_rnn
 
-        encoder, step = build_rnn(g, w, opts)
-        set_metadata(encoder, {**base, "specc.role": "encoder", "specc.decoder_step": step_path(path).name})
-        set_metadata(step, {**base, "specc.role": "decoder_step", "specc.encoder": path.name})
-        write_models([(step, step_path(path)), (encoder, path)], check)
+        encoder, step = build_rnn(g, params, opts)
+        set_metadata(encoder.model, {**base, "specc.role": "encoder", "specc.decoder_step": step_path(path).name})
+        set_metadata(step.model, {**base, "specc.role": "decoder_step", "specc.encoder": path.name})
+        write_models([(step, step_path(path)), (encoder, path)], source, check)
         return given
     if split:
         dec_path = graph_encdec.decoder_path(path)
         base["specc.kv_layout"] = graph_encdec.LAYOUT
-        encoder, decoder = graph_encdec.build_encoder(g, w, opts), graph_encdec.build_decoder(g, w, opts)
+        encoder, decoder = graph_encdec.build_encoder(g, params, opts), graph_encdec.build_decoder(g, params, opts)
         if quant is not None:
-            encoder, decoder = quantize_model(encoder, g, quant), quantize_model(decoder, g, quant)
-        set_metadata(encoder, {**base, "specc.role": "encoder", "specc.decoder": dec_path.name})
-        set_metadata(decoder, {**base, "specc.role": "decoder", "specc.encoder": path.name})
-        write_models([(decoder, dec_path), (encoder, path)], check)
+            encoder = quantize_model(encoder, g, quant, opts.dtype, source)
+            decoder = quantize_model(decoder, g, quant, opts.dtype, source)
+        set_metadata(encoder.model, {**base, "specc.role": "encoder", "specc.decoder": dec_path.name})
+        set_metadata(decoder.model, {**base, "specc.role": "decoder", "specc.encoder": path.name})
+        write_models([(decoder, dec_path), (encoder, path)], source, check)
         return given
-    model = build_transformer(g, w, opts)
+    model = build_transformer(g, params, opts)
     if quant is not None:
-        model = quantize_model(model, g, quant)
-    set_metadata(model, {**base, "specc.role": "model"})
-    write_models([(model, path)], check)
+        model = quantize_model(model, g, quant, opts.dtype, source)
+    set_metadata(model.model, {**base, "specc.role": "model"})
+    write_models([(model, path)], source, check)
+    if genai:
+        genai_config.write(g, opts, path, weights)
     return given
 
 
@@ -178,68 +196,28 @@ def _weight_inputs(weights: Any) -> list[Path]:
         return [Path(weights)]  # unreadable: the weights loader reports it
 
 
-def write_models(models: list[tuple[onnx.ModelProto, Path]], check: bool = True) -> None:
-    """Save ``models`` (each to its path, all in one folder) as one atomic group: staged, checked by the full
-    checker on the staged files (by path: several times faster than checking the in-memory proto), then renamed
-    data files first, the models in the order given. Tensors go to an external data file when they pass 2 GB."""
-    plans: list[tuple[onnx.ModelProto, Path, str | None]] = []
-    for model, path in models:
-        external = _save.tensor_bytes(model) >= _save.PROTO_LIMIT
-        plans.append((model, path, _fresh_data_name(path) if external else None))
-    data_targets = [path.with_name(data) for _, path, data in plans if data]
-    targets = [*data_targets, *(path for _, path, _ in plans)]
-    with atomic_files(targets, like=plans[-1][1]) as staged:
-        by_target = dict(zip(targets, staged, strict=True))
-        for model, path, data in plans:
-            out = str(by_target[path])
-            if data:
-                onnx.save_model(model, out, save_as_external_data=True, all_tensors_to_one_file=True,
-                                location=data, size_threshold=1024)  # fmt: skip
-            else:
-                onnx.save_model(model, out)
-            if check:
-                onnx.checker.check_model(out, full_check=True)
-    for _, path, data in plans:
-        _remove_unused_data(path, keep=data)
+def export_peak_bytes(params: int, dtype: str, held: int = 0, whole: bool = False) -> int:
+    """Peak memory of an export above the interpreter's (torch, onnx and onnxruntime imported).
+
+    Streamed (every export but ``quantize_dynamic``): a fixed part (the graph, onnxruntime's quantizer, the
+    chunks a recipe has in flight: recipes.CHUNK_BYTES, a few copies) plus ``held``, what the source holds at
+    once (a seeded parameter drawn whole: norms, RNN weights; a parameter a checkpoint's transform builds whole).
+    Whole (``whole=True``, the dynamic quantizer's model in memory), measured on gpt2 124M: 16.9 B/param in
+    fp32, 12.2 in fp16, rounded up: params · (4.4 + 4 · bytes of the dtype)."""
+    if whole:
+        return int(params * (4.4 + 4 * DTYPE_BYTES[dtype]))
+    return STREAM_FIXED + 8 * CHUNK_BYTES + 2 * held
 
 
-def _data_names(path: Path) -> re.Pattern[str]:
-    return re.compile(rf"^{re.escape(path.name)}(\.[0-9a-f]{{8}})?\.data$")
-
-
-def _fresh_data_name(path: Path) -> str:
-    """``<name>.data`` unless a file of that name exists (the data of the model being replaced)."""
-    name = f"{path.name}.data"
-    while os.path.lexists(path.with_name(name)):
-        name = f"{path.name}.{secrets.token_hex(4)}.data"
-    return name
-
-
-def _remove_unused_data(path: Path, keep: str | None) -> None:
-    """Data files of this model's naming that the model just written does not use (an earlier export's)."""
-    pattern = _data_names(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    for entry in os.scandir(folder):
-        if entry.name != keep and pattern.match(entry.name) and entry.is_file(follow_symlinks=False):
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
-
-
-def export_peak_bytes(params: int, dtype: str) -> int:
-    """Peak memory of an export, measured (peak RSS less the interpreter's, gpt2 124M: 16.9 B/param in fp32,
-    12.2 in fp16): the fp32 torch weights, the cast tensors, the model proto, its serialisation and the
-    checker's reading of the staged file. Rounded up: params · (4.4 + 4 · bytes of the dtype)."""
-    return int(params * (4.4 + 4 * DTYPE_BYTES[dtype]))
-
-
-def _check_memory(g: LayerGraph, opts: ExportOptions) -> None:
-    """Refuse, before allocating, an export whose peak will not fit (``export_peak_bytes``)."""
+def _check_memory(g: LayerGraph, opts: ExportOptions, quant: Quantization | None, source: WeightSource) -> None:
+    """Refuse, before any weight is read or drawn, an export whose peak will not fit (``export_peak_bytes``)."""
     import torch
 
     from ..torch.memory import available, gib
 
     params = g.num_params()
-    need = export_peak_bytes(params, opts.dtype)
+    whole = quant is not None and quant.method == "dynamic"
+    need = export_peak_bytes(params, opts.dtype, source.held_bytes(), whole)
     free = available(torch.device("cpu"))
     if need > free.bytes:
         raise SpecError(

@@ -45,8 +45,8 @@ def bias_add(b: GraphBuilder, tensor: str, readers: int = 0) -> tuple[NodeProto,
     if node is None or node.op_type != "Add" or node.domain or _readers(b, tensor) != readers:
         return None
     for y, bias in (node.input, node.input[::-1]):
-        arr = b.initializers.get(bias)
-        if arr is not None and arr.ndim == 1 and y not in b.initializers:
+        shape = b.init_shape(bias)
+        if shape is not None and len(shape) == 1 and b.init_shape(y) is None:
             return node, y, bias
     return None
 

@@ -22,13 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 from ...errors import SpecError
 from ...ir.graph import LayerGraph, Op
-from .builder import CONTRIB, ExportOptions, GraphBuilder, symbolic
+from .builder import CONTRIB, ExportOptions, GraphBuilder, LazyModel, symbolic
 from .emit import emit_ops
 from .kv_cache import KVCache
 from .masks import additive, combined_keep
@@ -78,18 +77,18 @@ def _add_inputs(b: GraphBuilder, g: LayerGraph, ops: list[Op], names: Mapping[st
         b.values[inp.name] = b.add_input(name, elem, dims)
 
 
-def build_encoder(g: LayerGraph, weights: Mapping[str, np.ndarray], opts: ExportOptions) -> onnx.ModelProto:
-    b = GraphBuilder(f"{g.meta.get('name', 'model')}_encoder", opts, weights)
+def build_encoder(g: LayerGraph, params: Mapping[str, tuple[int, ...]], opts: ExportOptions) -> LazyModel:
+    b = GraphBuilder(f"{g.meta.get('name', 'model')}_encoder", opts, params)
     out = _encoder_output(g)
     ops = [op for op in g.ops() if op.stack == "encoder"]
     _add_inputs(b, g, ops, {})
     emit_ops(b, ops)
     b.add_output("last_hidden_state", b.values[out], b.ftype, ["batch", ENC_SEQ, g.op(out).shape[-1]])
-    return b.model(doc=f"specc encoder of {g.meta.get('name')}")
+    return b.lazy(doc=f"specc encoder of {g.meta.get('name')}")
 
 
-def build_decoder(g: LayerGraph, weights: Mapping[str, np.ndarray], opts: ExportOptions) -> onnx.ModelProto:
-    b = GraphBuilder(f"{g.meta.get('name', 'model')}_decoder", opts, weights)
+def build_decoder(g: LayerGraph, params: Mapping[str, tuple[int, ...]], opts: ExportOptions) -> LazyModel:
+    b = GraphBuilder(f"{g.meta.get('name', 'model')}_decoder", opts, params)
     cross = _cross_ops(g)
     projections = {op.inputs[1] for op in cross}
     ops = [op for op in g.ops() if op.stack != "encoder" and op.name not in projections]
@@ -115,7 +114,7 @@ def build_decoder(g: LayerGraph, weights: Mapping[str, np.ndarray], opts: Export
         shape = ["batch", op.attrs["kv_heads"], ENC_SEQ, op.attrs["head_dim"]]
         for part in ("key", "value"):
             b.outputs.append(helper.make_tensor_value_info(f"present.{i}.encoder.{part}", b.ftype, shape))
-    return b.model(doc=f"specc decoder of {g.meta.get('name')}")
+    return b.lazy(doc=f"specc decoder of {g.meta.get('name')}")
 
 
 def _cross_cache(b: GraphBuilder, g: LayerGraph, cross: list[Op]) -> dict[str, tuple[str, str]]:

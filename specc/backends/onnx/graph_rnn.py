@@ -19,11 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-import onnx
 from onnx import TensorProto
 
 from ...ir.graph import LayerGraph, Op
-from .builder import ExportOptions, GraphBuilder
+from .builder import ExportOptions, GraphBuilder, LazyModel
 from .emit import emit_ops, emits
 from .ops_dense import weight_t
 from .ops_rnn import rnn_layer
@@ -31,11 +30,9 @@ from .ops_rnn import rnn_layer
 INT64 = TensorProto.INT64
 
 
-def build_rnn(
-    g: LayerGraph, weights: Mapping[str, np.ndarray], opts: ExportOptions
-) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+def build_rnn(g: LayerGraph, params: Mapping[str, tuple[int, ...]], opts: ExportOptions) -> tuple[LazyModel, LazyModel]:
     dec = next(op for op in g.ops() if op.kind == "rnn_decoder")
-    return _encoder(g, dec, weights, opts), _step(g, dec, weights, opts)
+    return _encoder(g, dec, params, opts), _step(g, dec, params, opts)
 
 
 def _linear(b: GraphBuilder, x: str, name: str, bias: bool = True) -> str:
@@ -43,9 +40,9 @@ def _linear(b: GraphBuilder, x: str, name: str, bias: bool = True) -> str:
     return b.op("Add", [y, b.param(f"{name}.bias")], scope=name) if bias else y
 
 
-def _encoder(g: LayerGraph, dec: Op, weights: Mapping[str, np.ndarray], opts: ExportOptions) -> onnx.ModelProto:
+def _encoder(g: LayerGraph, dec: Op, params: Mapping[str, tuple[int, ...]], opts: ExportOptions) -> LazyModel:
     a = dec.attrs
-    b = GraphBuilder(f"{g.meta.get('name', 'model')}_encoder", opts, weights)
+    b = GraphBuilder(f"{g.meta.get('name', 'model')}_encoder", opts, params)
     for name in ("input_ids", "attention_mask"):
         if name == "attention_mask" and not opts.padding_mask:
             continue
@@ -66,13 +63,13 @@ def _encoder(g: LayerGraph, dec: Op, weights: Mapping[str, np.ndarray], opts: Ex
         b.add_output("cell_state", zeros, b.ftype, [a["layers"], "batch", a["hidden"]])
     if a["attention"] == "none":
         b.add_output("context", h_final, b.ftype, ["batch", a["enc_dim"]])
-    return b.model(doc=f"specc rnn_seq2seq {g.meta.get('name')}: encoder")
+    return b.lazy(doc=f"specc rnn_seq2seq {g.meta.get('name')}: encoder")
 
 
-def _step(g: LayerGraph, dec: Op, weights: Mapping[str, np.ndarray], opts: ExportOptions) -> onnx.ModelProto:
+def _step(g: LayerGraph, dec: Op, params: Mapping[str, tuple[int, ...]], opts: ExportOptions) -> LazyModel:
     a = dec.attrs
     cell, hidden, n_layers, att = a["cell"], a["hidden"], a["layers"], a["attention"]
-    b = GraphBuilder(f"{g.meta.get('name', 'model')}_decoder_step", opts, weights)
+    b = GraphBuilder(f"{g.meta.get('name', 'model')}_decoder_step", opts, params)
     b.values["decoder_input_ids"] = b.add_input("decoder_input_ids", INT64, ["batch", 1])
     state = b.add_input("state", b.ftype, [n_layers, "batch", hidden])
     cstate = b.add_input("cell_state", b.ftype, [n_layers, "batch", hidden]) if cell == "lstm" else ""
@@ -96,7 +93,7 @@ def _step(g: LayerGraph, dec: Op, weights: Mapping[str, np.ndarray], opts: Expor
         b.add_output("next_cell_state", nxt_c, b.ftype, [n_layers, "batch", hidden])
     if weights_out:
         b.add_output("attention_weights", weights_out, b.ftype, ["batch", 1, "sequence"])
-    return b.model(doc=f"specc rnn_seq2seq {g.meta.get('name')}: one decoder step")
+    return b.lazy(doc=f"specc rnn_seq2seq {g.meta.get('name')}: one decoder step")
 
 
 @emits("rnn_decoder")

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
-import onnx
 from onnx import TensorProto
 
 from ...ir.graph import LayerGraph
-from .builder import ExportOptions, GraphBuilder, symbolic
+from .builder import ExportOptions, GraphBuilder, LazyModel, symbolic
 from .emit import emit_ops
 from .kv_cache import KVCache
 from .ops_attention import check_contrib
@@ -27,8 +25,8 @@ def validate(g: LayerGraph, opts: ExportOptions) -> None:
                 check_contrib(op, opts.dtype)
 
 
-def build_transformer(g: LayerGraph, weights: Mapping[str, np.ndarray], opts: ExportOptions) -> onnx.ModelProto:
-    b = GraphBuilder(str(g.meta.get("name", "model")), opts, weights)
+def build_transformer(g: LayerGraph, params: Mapping[str, tuple[int, ...]], opts: ExportOptions) -> LazyModel:
+    b = GraphBuilder(str(g.meta.get("name", "model")), opts, params)
     cache = KVCache.plan(g) if opts.kv_cache else None
     cached_pad = cache is not None and any(
         op.attrs.get("padding") and op.inputs[-1] == "attention_mask" for op in cache.ops
@@ -49,4 +47,4 @@ def build_transformer(g: LayerGraph, weights: Mapping[str, np.ndarray], opts: Ex
         b.add_output(name, b.values[op_name], b.ftype, symbolic(g.op(op_name).shape))
     if cache is not None:
         cache.add_outputs(b, "total_sequence")
-    return b.model(doc=f"specc {g.meta.get('family')} {g.meta.get('name')}")
+    return b.lazy(doc=f"specc {g.meta.get('family')} {g.meta.get('name')}")

@@ -140,10 +140,9 @@ def _fold_projection_bias(b: GraphBuilder, op: Op, xs: list[str]) -> tuple[str, 
     found = [] if op.attrs.get("rope_dims") else [bias_add(b, x) for x in inputs]
     if not found or any(f is None for f in found):
         return xs[0], xs[1] if cross else "", ""
-    arrays = [b.initializers[bias] for _, _, bias in found]
     for node, _, _ in found:
         b.nodes.remove(node)
-    bias = b.const(np.concatenate(arrays), f"{op.name}.qkv_bias") if cross else found[0][2]
+    bias = b.concat_params([bias for _, _, bias in found], f"{op.name}.qkv_bias") if cross else found[0][2]
     return found[0][1], found[1][1] if cross else "", bias
 
 

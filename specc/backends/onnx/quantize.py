@@ -30,20 +30,24 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
-from onnx import numpy_helper
+from onnx import helper
 
 from ...errors import SpecError
 from ...ir.graph import LayerGraph
 from . import quantize_embed
-from .quantize_fold import Folded, all_nodes, fold_weights, prune, quantizable
+from .builder import NUMPY_TYPES, LazyModel, placeholder
+from .quantize_fold import all_nodes, find_sites, fold_weights, prune, quantizable
+from .recipes import Cast, NBits
 
 BITS = {"int4": 4, "int8": 8}
 BLOCK_SIZES = (16, 32, 64, 128)
 METHODS = ("nbits", "dynamic")
 ACCURACY_LEVEL = 4  # MatMulNBits: int8 activations per block on CPU (genai's CPU setting)
-QUANT_DTYPES = ("fp32", "fp16")  # MatMulNBits has CPU kernels for float and float16, not bfloat16
+QUANT_DTYPES = ("fp32", "fp16")
+CONTRIB_DOMAIN = "com.microsoft"  # MatMulNBits has CPU kernels for float and float16, not bfloat16
 
 
 @dataclass(frozen=True)
@@ -127,67 +131,97 @@ class Quantization:
         }
 
 
-def quantize_model(model: onnx.ModelProto, g: LayerGraph, q: Quantization) -> onnx.ModelProto:
-    """``model`` (built from ``g``) with its weights quantized (``q`` resolved); the graph I/O is unchanged."""
+def quantize_model(lazy: LazyModel, g: LayerGraph, q: Quantization, dtype: str, source: Any = None) -> LazyModel:
+    """``lazy`` (built from ``g``, export dtype ``dtype``) with its weights quantized (``q`` resolved); the graph
+    I/O is unchanged.
+
+    nbits: the graph is rewritten (MatMul → MatMulNBits, Gather → GatherBlockQuantized) and each quantized
+    weight becomes a recipe run as the weights stream in (recipes.NBits: onnxruntime's kernel, per tensor).
+    dynamic: onnxruntime's whole-model ``quantize_dynamic``, on the model with its weights from ``source``."""
     linears, experts = quantizable(g, q.head)
-    folded = fold_weights(model, linears, experts)
-    tables = {op.attrs.get("tied_to") or f"{op.name}.weight" for op in g.ops() if op.kind == "embedding"}
-    gathers = [n.name for n in model.graph.node if n.op_type == "Gather" and n.input[0] in tables]
-    gathers = gathers if q.embedding else []
-    if not folded.matmuls and not gathers:
-        return model
     if q.method == "dynamic":
-        return _dynamic(model, folded.matmuls)
-    out = _nbits(model, q, folded.matmuls) if folded.matmuls else model
-    if gathers:
-        _quantize_gathers(out, q, folded, tables)
-    _check_quantized(out, set(folded.matmuls) | set(gathers))
-    return out
+        from .stream import materialize
 
-
-def _nbits(model: onnx.ModelProto, q: Quantization, matmuls: list[str]) -> onnx.ModelProto:
-    """onnxruntime's MatMulNBitsQuantizer on the MatMul nodes named ``matmuls`` (and on those alone)."""
-    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
-
-    chosen = set(matmuls)
-    exclude = [n.name for n in all_nodes(model.graph) if n.op_type == "MatMul" and n.name not in chosen]
-    config = DefaultWeightOnlyQuantConfig(
-        block_size=q.block_size,
-        is_symmetric=True,
-        accuracy_level=ACCURACY_LEVEL,
-        op_types_to_quantize=("MatMul",),
-        quant_axes=(("MatMul", 0),),
-        bits=q.bits,
-    )
-    with _quiet():
-        quantizer = MatMulNBitsQuantizer(model, nodes_to_exclude=exclude, algo_config=config)
-        quantizer.process()
-    return quantizer.model.model
-
-
-def _quantize_gathers(model: onnx.ModelProto, q: Quantization, folded: Folded, tables: set[str]) -> None:
-    """Each token-table Gather → GatherBlockQuantized: on the tied head's MatMulNBits weight (one copy), or on
-    the table quantized alone by the same quantizer; float tables left unread are dropped."""
-    graph = model.graph
-    inits = {t.name: t for t in graph.initializer}
-    heads = {
-        folded.tied[n.output[0]]: n for n in graph.node if n.op_type == "MatMulNBits" and n.output[0] in folded.tied
-    }
-    for gather in [n for n in graph.node if n.op_type == "Gather" and n.input[0] in tables]:
+        model = materialize(lazy, source)
+        folded = fold_weights(model, linears, experts)
+        return LazyModel(_dynamic(model, folded.matmuls) if folded.matmuls else model, {})
+    graph = lazy.model.graph
+    sites = find_sites(graph, linears, experts)
+    tables = {op.attrs.get("tied_to") or f"{op.name}.weight" for op in g.ops() if op.kind == "embedding"}
+    gathers = [n for n in graph.node if n.op_type == "Gather" and n.input[0] in tables] if q.embedding else []
+    if not sites and not gathers:
+        return lazy
+    if not any(o.domain == CONTRIB_DOMAIN for o in lazy.model.opset_import):
+        lazy.model.opset_import.append(helper.make_opsetid(CONTRIB_DOMAIN, 1))
+    dims = {t.name: tuple(int(d) for d in t.dims) for t in graph.initializer}
+    ftype = NUMPY_TYPES[dtype]
+    made: dict[str, NBits] = {}
+    heads: dict[str, onnx.NodeProto] = {}  # table → the MatMulNBits of the head tied to it
+    for site in sites:
+        if site.name not in made:
+            shape = dims[site.source][1:] if site.expert is not None else dims[site.source]
+            made[site.name] = _recipe(lazy, _param(lazy, site.source), site.expert, shape, q, ftype, site.name)
+        recipe = made[site.name]
+        n, k = shape_of(recipe)
+        node = helper.make_node(
+            "MatMulNBits", [site.matmul.input[0], recipe.b_name, recipe.scales_name], list(site.matmul.output),
+            name=f"{site.matmul.name}_Q{q.bits}", domain=CONTRIB_DOMAIN, K=k, N=n, bits=q.bits,
+            block_size=q.block_size, accuracy_level=ACCURACY_LEVEL,
+        )  # fmt: skip
+        _replace_node(graph, site.matmul, node)
+        if site.tied:
+            heads[site.source] = node
+    for gather in gathers:
         table = gather.input[0]
-        v, k = (int(d) for d in inits[table].dims)
+        v, k = dims[table]
         if table in heads:
             b, scales = heads[table].input[1], heads[table].input[2]
         else:
-            b, scales = f"{table}_Q{q.bits}", f"{table}_scales"
-            if b not in inits:
-                data, s = quantize_embed.quantize_table(
-                    numpy_helper.to_array(inits[table]), lambda m: _nbits(m, q, ["table/MatMul"])
-                )
-                graph.initializer.extend([numpy_helper.from_array(data, b), numpy_helper.from_array(s, scales)])
-                inits[b], inits[scales] = graph.initializer[-2], graph.initializer[-1]
+            if f"{table}_Q{q.bits}" not in made:
+                made[f"{table}_Q{q.bits}"] = _recipe(lazy, _param(lazy, table), None, (v, k), q, ftype, table)
+            b, scales = made[f"{table}_Q{q.bits}"].b_name, made[f"{table}_Q{q.bits}"].scales_name
         quantize_embed.replace_gather(graph, gather, b, scales, (v, k * q.bits // 8), q.bits, q.block_size)
     prune(graph)
+    present = {t.name for t in graph.initializer}
+    lazy.recipes = {name: r for name, r in lazy.recipes.items() if name in present}
+    _check_quantized(lazy.model, {s.matmul.name for s in sites} | {n.name for n in gathers})
+    return lazy
+
+
+def _param(lazy: LazyModel, name: str) -> str:
+    """The parameter an initializer casts (quantized from the parameter itself, in the export dtype)."""
+    recipe = lazy.recipes[name]
+    assert isinstance(recipe, Cast), f"{name} is not a parameter"
+    return recipe.param
+
+
+def _recipe(lazy: LazyModel, param: str, expert: int | None, shape: tuple[int, ...], q: Quantization, ftype: Any,
+            name: str) -> NBits:  # fmt: skip
+    """MatMulNBitsQuantizer's naming: ``<weight>_Q<bits>`` and ``<weight>_scales``."""
+    n, k = shape
+    recipe = NBits(param, expert, n, k, q.bits, q.block_size, ftype, f"{name}_Q{q.bits}", f"{name}_scales")
+    for out in recipe.outs:
+        lazy.model.graph.initializer.append(placeholder(out))
+        lazy.recipes[out.name] = recipe
+    return recipe
+
+
+def shape_of(recipe: NBits) -> tuple[int, int]:
+    return recipe.n, recipe.k
+
+
+def _replace_node(graph: onnx.GraphProto, old: onnx.NodeProto, new: onnx.NodeProto) -> bool:
+    """``old`` swapped for ``new`` in place, in ``graph`` or the subgraph (If branch) that holds it."""
+    for at, node in enumerate(graph.node):
+        if node is old or node == old:
+            del graph.node[at]
+            graph.node.insert(at, new)
+            return True
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                if _replace_node(sub, old, new):
+                    return True
+    return False
 
 
 def _dynamic(model: onnx.ModelProto, matmuls: list[str]) -> onnx.ModelProto:

@@ -7,8 +7,8 @@ same implied zero point when none is given) reads rows of ``[N, K·bits/8]`` wit
 same bytes, reshaped. So, as onnxruntime-genai's "shared embeddings" do:
 - a table tied to a quantized head is stored once: the Gather becomes ``Reshape(B_head)`` → GatherBlockQuantized
   on the head's scales (onnxruntime folds the Reshape of a constant at session creation);
-- any other table is quantized by onnxruntime's own ``MatMulNBitsQuantizer`` as the weight of a one-node
-  MatMul (``table @ x``: N = vocabulary, K = width), and its B (reshaped) and scales feed the Gather.
+- any other table is quantized by onnxruntime's MatMulNBits kernel as the weight of ``table @ x`` (N =
+  vocabulary, K = width; recipes.NBits, as the linears), and its B (reshaped) and scales feed the Gather.
 
 onnxruntime versions (CPU kernel): uint8 data came with PR 24239 (4-bit, no zero points; spring 2025, so 1.22)
 and the ``bits`` attribute with bits=8 with PR 25214 (CPU only at first; summer 2025, so 1.23) -- versions
@@ -20,7 +20,6 @@ extra columns).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -73,26 +72,6 @@ def gather_node(data: str, ids: str, scales: str, out: str, bits: int, block: in
         gather_axis=0,
         quantize_axis=1,
     )
-
-
-def quantize_table(
-    table: np.ndarray, quantize: Callable[[onnx.ModelProto], onnx.ModelProto]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(B [V, K/block, blob] uint8, scales [V, K/block]) of ``table`` [V, K] as onnxruntime's MatMulNBits
-    quantizer (``quantize``, configured as for the linears) stores the weight ``tableᵀ`` of a MatMul."""
-    ftype = TensorProto.FLOAT16 if table.dtype == np.float16 else TensorProto.FLOAT
-    v, k = table.shape
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"], name="table/MatMul")],
-        "table",
-        [helper.make_tensor_value_info("x", ftype, [1, k])],
-        [helper.make_tensor_value_info("y", ftype, [1, v])],
-        [numpy_helper.from_array(np.ascontiguousarray(table.T), "w")],
-    )
-    out = quantize(helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21)]))
-    (node,) = [n for n in out.graph.node if n.op_type == "MatMulNBits"]
-    inits = {t.name: t for t in out.graph.initializer}
-    return numpy_helper.to_array(inits[node.input[1]]), numpy_helper.to_array(inits[node.input[2]])
 
 
 def replace_gather(

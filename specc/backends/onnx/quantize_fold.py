@@ -55,16 +55,31 @@ def quantizable(g: LayerGraph, head: bool) -> tuple[dict[str, str], set[str]]:
     return linears, experts
 
 
-def fold_weights(model: onnx.ModelProto, linears: dict[str, str], experts: set[str]) -> Folded:
-    graph = model.graph
+@dataclass(frozen=True)
+class Site:
+    """A MatMul whose weight is ``Transpose(source)`` (or ``Transpose(Gather(source, expert))``)."""
+
+    matmul: onnx.NodeProto
+    transposed: str  # the Transpose's output (several MatMuls may read one)
+    source: str  # the initializer: [out, in], or the stacked [E, out, in] of an expert
+    expert: int | None
+    name: str  # the [in, out] weight's name
+    shared: bool  # the source has other readers: the [in, out] weight is a new initializer
+    tied: bool  # a head reading the embedding table
+
+
+def find_sites(graph: onnx.GraphProto, linears: dict[str, str], experts: set[str]) -> list[Site]:
+    """The MatMuls of ``linears`` (2-D weight name → linear op name) and of sparse-MoE ``experts`` whose weight
+    can be folded to a constant [in, out] initializer, from the graph's structure alone (no tensor is read)."""
     inits = {t.name: t for t in graph.initializer}
     producers = {o: n for n in all_nodes(graph) for o in n.output}
     readers: dict[str, int] = {}
     for n in all_nodes(graph):
         for i in set(n.input):
             readers[i] = readers.get(i, 0) + 1
-    folded: dict[str, str] = {}  # Transpose output → [in, out] initializer
-    done = Folded()
+    names: dict[str, str] = {}  # Transpose output → [in, out] name
+    taken = set(inits)
+    sites = []
     for node in list(all_nodes(graph)):
         if node.op_type != "MatMul" or len(node.input) < 2 or (tr := producers.get(node.input[1])) is None:
             continue
@@ -72,34 +87,51 @@ def fold_weights(model: onnx.ModelProto, linears: dict[str, str], experts: set[s
             continue
         src = tr.input[0]
         if src in linears and src in inits:
-            arr = numpy_helper.to_array(inits[src])
+            if len(inits[src].dims) != 2:
+                continue
             shared = readers.get(src, 0) > 1
             name = f"{linears[src]}.weight" if shared else src
-            if shared and (name in inits or name == src):
+            if shared and (name in taken or name == src):
                 name = f"{linears[src]}.weight_t"
-            if shared:
-                done.tied[node.output[0]] = src
+            expert, tied = None, shared
         elif (ga := producers.get(src)) is not None and ga.op_type == "Gather" and ga.input[0] in experts:
             index = inits.get(ga.input[1])
             if ga.input[0] not in inits or index is None or numpy_helper.to_array(index).ndim != 0 or _axis(ga):
                 continue
-            e = int(numpy_helper.to_array(index))
-            arr, name, shared = numpy_helper.to_array(inits[ga.input[0]])[e], f"{ga.input[0]}.{e}", True
-            done.experts += 1
+            if len(inits[ga.input[0]].dims) != 3:
+                continue
+            expert = int(numpy_helper.to_array(index))
+            src, name, shared, tied = ga.input[0], f"{ga.input[0]}.{expert}", True, False
         else:
             continue
-        if arr.ndim != 2:
-            continue
-        if tr.output[0] not in folded:
-            t = numpy_helper.from_array(np.ascontiguousarray(arr.T), name)
-            if shared:
+        name = names.setdefault(tr.output[0], name)
+        taken.add(name)
+        sites.append(Site(node, tr.output[0], src, expert, name, shared, tied))
+    return sites
+
+
+def fold_weights(model: onnx.ModelProto, linears: dict[str, str], experts: set[str]) -> Folded:
+    """The sites' weights as constant [in, out] initializers in ``model`` (its weights in memory)."""
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    done = Folded()
+    made: set[str] = set()
+    for site in find_sites(graph, linears, experts):
+        if site.name not in made:
+            arr = numpy_helper.to_array(inits[site.source])
+            arr = arr[site.expert] if site.expert is not None else arr
+            t = numpy_helper.from_array(np.ascontiguousarray(arr.T), site.name)
+            if site.shared:
                 graph.initializer.append(t)
-                inits[name] = graph.initializer[-1]
+                inits[site.name] = graph.initializer[-1]
             else:
-                inits[src].CopyFrom(t)
-            folded[tr.output[0]] = name
-        node.input[1] = folded[tr.output[0]]
-        done.matmuls.append(node.name)
+                inits[site.source].CopyFrom(t)
+            made.add(site.name)
+        site.matmul.input[1] = site.name
+        if site.tied:
+            done.tied[site.matmul.output[0]] = site.source
+        done.experts += site.expert is not None
+        done.matmuls.append(site.matmul.name)
     prune(graph)
     return done
 

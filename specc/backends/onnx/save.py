@@ -15,7 +15,3 @@ def set_metadata(model: onnx.ModelProto, props: dict[str, str]) -> None:
         entry = model.metadata_props.add()
         entry.key, entry.value = k, v
     model.producer_version = __version__
-
-
-def tensor_bytes(model: onnx.ModelProto) -> int:
-    return sum(len(t.raw_data) for t in model.graph.initializer)

@@ -1,26 +1,14 @@
-"""Parameter tensors for export, from the torch backend so both backends share one initialisation and one
-weight loader (safetensors with specc names, a ``specc compile --target torch`` checkpoint, or a dict)."""
+"""The parameters an export streams: the seeded initialisation (the torch backend's own, so both backends hold
+the same values), a safetensors checkpoint (specc or Hugging Face names) or a dict of tensors (sources.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ...ir.graph import LayerGraph
+from .sources import WeightSource, open_weights
 
 
-def export_weights(spec: Any, g: LayerGraph, weights: Any = None) -> Mapping[str, np.ndarray]:
-    """IR parameter name → fp32 array, for every parameter of ``g`` (tied ones under their owner)."""
-    import torch
-
-    from ..torch.build import build_torch
-
-    model = build_torch(spec, weights=weights, device="cpu", dtype=torch.float32)
-    state = model.state_dict()
-    out: dict[str, np.ndarray] = {}
-    for name in g.params():
-        t = state[name]
-        out[name] = t.detach().to(torch.float32).contiguous().numpy()
-    return out
+def export_weights(spec: Any, g: LayerGraph, weights: Any = None) -> WeightSource:
+    """The source of every parameter of ``g`` (checked from headers and names; no tensor is read yet)."""
+    return open_weights(g, weights)

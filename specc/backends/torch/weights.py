@@ -32,17 +32,23 @@ def read_weights(source: str | os.PathLike[str] | dict[str, Any], graph: LayerGr
     tensors = to_specc_names(graph, tensors)
     if isinstance(source, dict):  # the model takes ownership of what it loads: never alias the caller's tensors
         tensors = {name: t.detach().clone() for name, t in tensors.items()}
+    check_matches(graph, {n: tuple(t.shape) for n, t in tensors.items()}, origin)
+    check_dtypes(tensors, origin)
+    return tensors
+
+
+def check_matches(graph: LayerGraph, shapes: dict[str, tuple[int, ...]], origin: str) -> None:
+    """Tensors by specc name (``shapes``) are exactly the graph's parameters: missing, unexpected and
+    mis-shaped ones reported by name, all at once."""
     want = {name: tuple(p.shape) for name, p in graph.params().items()}
-    missing = sorted(set(want) - set(tensors))
-    unexpected = sorted(set(tensors) - set(want))
-    shapes = sorted(
-        f"{n}: {list(tensors[n].shape)} (expected {list(want[n])})"
-        for n in set(want) & set(tensors)
-        if tuple(tensors[n].shape) != want[n]
+    missing = sorted(set(want) - set(shapes))
+    unexpected = sorted(set(shapes) - set(want))
+    wrong = sorted(
+        f"{n}: {list(shapes[n])} (expected {list(want[n])})" for n in set(want) & set(shapes) if shapes[n] != want[n]
     )
     problems = [
         f"{label} ({len(items)}): {', '.join(items[:6])}{', ...' if len(items) > 6 else ''}"
-        for label, items in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", shapes))
+        for label, items in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", wrong))
         if items
     ]
     if problems:
@@ -51,13 +57,16 @@ def read_weights(source: str | os.PathLike[str] | dict[str, Any], graph: LayerGr
             file=origin,
             hint="tensor names must be specc scope names (see `specc graph SPEC`) or a known checkpoint layout",
         )
-    check_dtypes(tensors, origin)
-    return tensors
 
 
 def check_dtypes(tensors: dict[str, torch.Tensor], origin: str) -> None:
     """Weights are floating point of a dtype specc loads exactly."""
-    wrong = sorted(f"{n} ({str(t.dtype).removeprefix('torch.')})" for n, t in tensors.items() if t.dtype not in FLOATS)
+    check_dtype_names({n: str(t.dtype).removeprefix("torch.") for n, t in tensors.items()}, origin)
+
+
+def check_dtype_names(dtypes: dict[str, str], origin: str) -> None:
+    """``dtypes``: tensor name → torch dtype name (float32, ...)."""
+    wrong = sorted(f"{n} ({d})" for n, d in dtypes.items() if d not in FLOAT_NAMES)
     if wrong:
         raise SpecError(
             f"weights must be float32, float16 or bfloat16; {len(wrong)} tensor(s) are not: {', '.join(wrong[:4])}"
@@ -90,6 +99,7 @@ def _finite(t: torch.Tensor, chunk: int = 1 << 24) -> bool:
 
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+FLOAT_NAMES = ("float32", "float16", "bfloat16")
 
 
 def load_safetensors(path: str) -> dict[str, torch.Tensor]:
