@@ -58,6 +58,11 @@ elif stage == "swapped":  # the new folder is in place
     after(checkpoint, "replace_folder")
 elif stage == "sidecar":  # the pair: the optimizer sidecar renamed over the old one, the weights not yet
     after(atomic.os, "replace", lambda src, dst: str(dst).endswith(".optim.safetensors"))
+elif stage == "renamed":  # an output renamed into place in the working folder (not a temp, not specc's cache)
+    def output(src, dst):
+        dst = os.path.abspath(str(dst))
+        return os.path.dirname(dst) == os.getcwd() and not os.path.basename(dst).startswith(".")
+    after(atomic.os, "replace", output)
 sys.exit(run(sys.argv[3:]))
 """
 
@@ -86,9 +91,12 @@ def _train_args(text: Path, steps: int, *more: object) -> list[str]:
     return [str(a) for a in [*args, "--eval-size", "2", "--steps", steps, "--device", "cpu", *more]]
 
 
-def _child(stage: str, sig: int, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def _child(
+    stage: str, sig: int, args: list[str], cwd: Path, cache: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-c", CHILD, stage, str(int(sig)), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=cwd, timeout=300, check=False)
+    env = _env() if cache is None else {**_env(), "SPECC_CACHE": str(cache)}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=300, check=False)
 
 
 def _temps(folder: Path) -> list[Path]:
@@ -251,3 +259,16 @@ def test_torchrun_writes_whole_folders_and_reads_damaged_ones_as_one_line(cli, t
     assert code == 0, err
     assert sorted(p.name for p in folder.iterdir()) == ["shard-00000.safetensors", "specc.json"]
     assert _step(folder) == 3 and _temps(tmp_path) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(("target", "name"), [("torch", "m.safetensors"), ("python", "model.py"), ("onnx", "m.onnx")])
+def test_a_signal_once_compile_renamed_its_output_does_not_fail_it(tmp_path: Path, target: str, name: str,
+                                                                    sig: int) -> None:  # fmt: skip
+    """compile's output is its last: a signal that lands as it is renamed into place is discarded (exit 0, the
+    file whole), where before the command exited 130 / 143 over a complete output."""
+    args = ["compile", "gpt2", *TINY, "--set", "vocab_size=64", "--set", "context=16", "--target", target, "-o", name]
+    run = _child("renamed", sig, args, tmp_path, cache=tmp_path / "cache")  # a cold cache renames entries too
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / name).stat().st_size > 0 and not _temps(tmp_path)
+    assert (tmp_path / "cache" / "generated").is_dir() or target != "torch"  # its cache renames were not signalled

@@ -144,18 +144,19 @@ def compile_(
     if target is Target.torch:
         from ..backends.torch.checkpoint import compile_checkpoint
 
-        compile_checkpoint(s, path, weights=weights, dtype=dt)
+        compile_checkpoint(s, path, weights=weights, dtype=dt, last=True)
     elif target is Target.python:
         from ..backends.torch.standalone import write_model_py
 
-        write_model_py(s, path, weights=weights)
+        write_model_py(s, path, weights=weights, last=True)
     else:
         from ..backends.onnx.export import export_onnx
 
         opset, attention, moe = 23 if opset is None else opset, attention or AttentionOp.standard, moe or MoEForm.sparse
         export_onnx(s, path, weights=weights, dtype=dt, opset=opset, attention=attention.value, kv_cache=kv_cache,
                     moe=moe.value, quantize=quantize.value if quantize else None, block_size=block_size,
-                    quantize_head=quantize_head, quantize_embedding=quantize_embedding, genai=genai)  # fmt: skip
+                    quantize_head=quantize_head, quantize_embedding=quantize_embedding, genai=genai,
+                    last=True)  # fmt: skip
     out.print(f"wrote {path}")
 
 

@@ -73,9 +73,10 @@ def write_error(target: str | os.PathLike[str], e: BaseException) -> SpecError |
 
 
 @contextlib.contextmanager
-def atomic_path(target: str | os.PathLike[str], *, inputs: InputsArg = ()) -> Iterator[Path]:
-    """Yields a temporary path in the target's folder; on success it replaces ``target``, else it is removed."""
-    with atomic_files([target], inputs=inputs, staging=False) as (tmp,):
+def atomic_path(target: str | os.PathLike[str], *, inputs: InputsArg = (), last: bool = False) -> Iterator[Path]:
+    """Yields a temporary path in the target's folder; on success it replaces ``target``, else it is removed.
+    ``last``: the command's final output (see ``atomic_files``)."""
+    with atomic_files([target], inputs=inputs, staging=False, last=last) as (tmp,):
         yield tmp
 
 
@@ -143,10 +144,15 @@ def atomic_files(
 
 
 def atomic_write(
-    target: str | os.PathLike[str], data: bytes | str | Callable[[Path], None], *, inputs: InputsArg = ()
+    target: str | os.PathLike[str],
+    data: bytes | str | Callable[[Path], None],
+    *,
+    inputs: InputsArg = (),
+    last: bool = False,
 ) -> Path:
-    """Write bytes/text, or call ``data(tmp_path)`` to produce the file, atomically; returns ``target``."""
-    with atomic_path(target, inputs=inputs) as tmp:
+    """Write bytes/text, or call ``data(tmp_path)`` to produce the file, atomically; returns ``target``.
+    ``last``: the command's final output (see ``atomic_files``)."""
+    with atomic_path(target, inputs=inputs, last=last) as tmp:
         if callable(data):
             data(tmp)
         elif isinstance(data, bytes):

@@ -73,6 +73,7 @@ def export_onnx(
     quantize_head: bool | None = None,
     quantize_embedding: bool | None = None,
     genai: bool = False,
+    last: bool = False,
 ) -> Path:
     """Write ``spec`` as ONNX with one fused attention node per attention layer; returns ``path``.
 
@@ -140,7 +141,7 @@ def export_onnx(
         encoder, step = build_rnn(g, params, opts)
         set_metadata(encoder.model, {**base, "specc.role": "encoder", "specc.decoder_step": step_path(path).name})
         set_metadata(step.model, {**base, "specc.role": "decoder_step", "specc.encoder": path.name})
-        write_models([(step, step_path(path)), (encoder, path)], source, check)
+        write_models([(step, step_path(path)), (encoder, path)], source, check, last)
         return given
     if split:
         dec_path = graph_encdec.decoder_path(path)
@@ -151,15 +152,15 @@ def export_onnx(
             decoder = quantize_model(decoder, g, quant, opts.dtype, source)
         set_metadata(encoder.model, {**base, "specc.role": "encoder", "specc.decoder": dec_path.name})
         set_metadata(decoder.model, {**base, "specc.role": "decoder", "specc.encoder": path.name})
-        write_models([(decoder, dec_path), (encoder, path)], source, check)
+        write_models([(decoder, dec_path), (encoder, path)], source, check, last)
         return given
     model = build_transformer(g, params, opts)
     if quant is not None:
         model = quantize_model(model, g, quant, opts.dtype, source)
     set_metadata(model.model, {**base, "specc.role": "model"})
-    write_models([(model, path)], source, check)
+    write_models([(model, path)], source, check, last and not genai)
     if genai:
-        genai_config.write(g, opts, path, weights)
+        genai_config.write(g, opts, path, weights, last)
     return given
 
 

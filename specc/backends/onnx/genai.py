@@ -81,8 +81,9 @@ def targets(model: Path, weights: Any) -> list[Path]:
     return [config_path(model), *(model.with_name(f) for f in files)]
 
 
-def write(g: LayerGraph, opts: ExportOptions, model: Path, weights: Any) -> list[Path]:
-    """Write ``genai_config.json`` for ``model`` (and copy the tokenizer files); returns what was written."""
+def write(g: LayerGraph, opts: ExportOptions, model: Path, weights: Any, last: bool = False) -> list[Path]:
+    """Write ``genai_config.json`` for ``model`` (and copy the tokenizer files); returns what was written.
+    ``last``: these are the command's final outputs."""
     folder = source_folder(weights)
     hf = _hf_config(folder)
     ops = KVCache.plan(g).ops
@@ -136,11 +137,13 @@ def write(g: LayerGraph, opts: ExportOptions, model: Path, weights: Any) -> list
             "top_p": 1.0,
         },
     }
-    written = [atomic_write(config_path(model), json.dumps(config, indent=4) + "\n")]
-    for target in targets(model, weights)[1:]:
+    tokenizer = targets(model, weights)[1:]
+    written = [atomic_write(config_path(model), json.dumps(config, indent=4) + "\n", last=last and not tokenizer)]
+    for i, target in enumerate(tokenizer):
         assert folder is not None
         data = read.read_bytes(folder / target.name, "a tokenizer file", limit=read.TEXT_BYTES)
-        written.append(atomic_write(target, data, inputs=[folder / target.name]))
+        final = last and i == len(tokenizer) - 1
+        written.append(atomic_write(target, data, inputs=[folder / target.name], last=final))
     return written
 
 

@@ -346,10 +346,13 @@ def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def write_models(models: list[tuple[LazyModel, Path]], source: WeightSource, check: bool = True) -> None:
+def write_models(
+    models: list[tuple[LazyModel, Path]], source: WeightSource, check: bool = True, last: bool = False
+) -> None:
     """Save ``models`` (each to its path, all in one folder) as one atomic group, their weights streamed from
     ``source``: checked first (weightless), staged, then renamed data files first, the models in the order
-    given. Tensors go to an external data file when they pass ``save.PROTO_LIMIT``."""
+    given. Tensors go to an external data file when they pass ``save.PROTO_LIMIT``. ``last``: the command's
+    final outputs (a signal once they are in place no longer fails the command)."""
     if check:
         for lazy, _ in models:
             onnx.checker.check_model(weightless(lazy.model), full_check=True)
@@ -359,7 +362,7 @@ def write_models(models: list[tuple[LazyModel, Path]], source: WeightSource, che
         plans.append((lazy, path, fresh_data_name(path) if external else None))
     data_targets = [path.with_name(data) for _, path, data in plans if data]
     targets = [*data_targets, *(path for _, path, _ in plans)]
-    with atomic_files(targets, like=plans[-1][1]) as staged:
+    with atomic_files(targets, like=plans[-1][1], last=last) as staged:
         by_target = dict(zip(targets, staged, strict=True))
         sinks: list[Sink] = []
         try:

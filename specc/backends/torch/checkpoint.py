@@ -29,8 +29,10 @@ def compile_checkpoint(
     path: str | os.PathLike[str],
     weights: str | os.PathLike[str] | dict[str, torch.Tensor] | None = None,
     dtype: str | torch.dtype | None = None,
+    last: bool = False,
 ) -> Path:
-    """Write the model's weights (``weights``, or the seeded init) and its spec to one .safetensors file."""
+    """Write the model's weights (``weights``, or the seeded init) and its spec to one .safetensors file;
+    ``last``: the command's final output (a signal once it is in place no longer fails the command)."""
     spec = _spec_model(spec)
     model = build_torch(spec, weights=weights, device="cpu", dtype=dtype)
     tensors = {name: t.contiguous() for name, t in model.state_dict().items()}
@@ -40,7 +42,7 @@ def compile_checkpoint(
 
     from safetensors.torch import save_file
 
-    return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
+    return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata), last=last)
 
 
 def read_spec(path: str | os.PathLike[str]) -> Any:

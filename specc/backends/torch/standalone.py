@@ -198,10 +198,14 @@ def ruff_format(text: str) -> str:
 
 
 def write_model_py(
-    spec: Any, path: str | os.PathLike[str], weights: str | os.PathLike[str] | dict[str, torch.Tensor] | None = None
+    spec: Any,
+    path: str | os.PathLike[str],
+    weights: str | os.PathLike[str] | dict[str, torch.Tensor] | None = None,
+    last: bool = False,
 ) -> Path:
     """Write the standalone model.py. With ``weights``, they are checked against the spec and written in specc
-    names beside it (same stem, .safetensors), and ``build()`` loads them by default."""
+    names beside it (same stem, .safetensors), and ``build()`` loads them by default. ``last``: model.py is the
+    command's final output."""
     spec = _spec_model(spec)
     path = Path(path)
     weights_file = None
@@ -209,4 +213,4 @@ def write_model_py(
         target = path.with_suffix(".safetensors")
         compile_checkpoint(spec, target, weights=weights)
         weights_file = target.name
-    return atomic_write(path, model_py_source(spec, weights_file))
+    return atomic_write(path, model_py_source(spec, weights_file), last=last)
