@@ -144,6 +144,17 @@ def check(plan: Plan, shapes: Mapping[str, ShapeT]) -> Checked:
     return Checked(chosen, problems, sorted(n for n in skipped if plan.drops(n)))
 
 
+def warn_dropped(plan: Plan, checked: Checked, stacklevel: int = 3) -> None:
+    """One warning naming the checkpoint's tensors of heads the spec does not build (dropped, not an error)."""
+    if checked.dropped:
+        shown = ", ".join(checked.dropped[:6]) + (" ..." if len(checked.dropped) > 6 else "")
+        warnings.warn(
+            f"{plan.family} checkpoint: dropping {len(checked.dropped)} tensors of heads the spec does not build: "
+            f"{shown}",
+            stacklevel=stacklevel,
+        )
+
+
 def run(plan: Plan, tensors: Mapping[str, Any]) -> dict[str, Any]:
     """Check, then build every target; tensors the spec ties together must hold equal values."""
     checked = check(plan, {k: tuple(ops.shape(v)) for k, v in tensors.items()})
@@ -161,13 +172,7 @@ def run(plan: Plan, tensors: Mapping[str, Any]) -> dict[str, Any]:
                 "(tie_embeddings: false / shared_embeddings: false)",
             )
         )
-    if checked.dropped:
-        shown = ", ".join(checked.dropped[:6]) + (" ..." if len(checked.dropped) > 6 else "")
-        warnings.warn(
-            f"{plan.family} checkpoint: dropping {len(checked.dropped)} tensors of heads the spec does not build: "
-            f"{shown}",
-            stacklevel=3,
-        )
+    warn_dropped(plan, checked, stacklevel=4)
     return plan.finish({t: r.build(*(tensors[s] for s in r.sources)) for t, r in checked.chosen.items()})
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -392,13 +391,7 @@ def file_source(g: LayerGraph, path: str) -> FileSource:
         raise SpecError(checked.problems)
     _check_dtypes(tensors, [s for r in checked.chosen.values() for s in r.sources], path, check_dtype_names)
     _check_tied(plan, tensors)
-    if checked.dropped:
-        shown = ", ".join(checked.dropped[:6]) + (" ..." if len(checked.dropped) > 6 else "")
-        warnings.warn(
-            f"{plan.family} checkpoint: dropping {len(checked.dropped)} tensors of heads the spec does not build: "
-            f"{shown}",
-            stacklevel=3,
-        )
+    plans.warn_dropped(plan, checked, stacklevel=4)
     params: dict[str, Param] = {}
     whole = 0
     for target in g.params():
