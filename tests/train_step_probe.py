@@ -4,8 +4,8 @@ this CPU under each given recompute policy; print {policy: {"step_s", "peak_byte
 step_s: the median step time. peak_bytes: the step's allocation peak (malloc's bytes in use, sampled after
 every op by a dispatch mode) over what was in use when the step began, plus the weights, gradients and Adam
 states it began with: the tensors of one step. Policies as the analyzer prices them: none; full (each block
-checkpointed); selective (each attention core checkpointed); op (each block under torch's selective
-checkpointing that saves matmul and attention outputs and recomputes the rest)."""
+checkpointed); selective (each attention core checkpointed); op (each block under torchtitan's op-level
+selective checkpointing, ``op_policy``)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,24 @@ import sys
 import time
 
 import torch
+from torch._functorch.partitioners import get_default_op_list
 from torch.utils import checkpoint as ck
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from specc.spec.loader import load_spec
 from specc.train.loop import TrainConfig, setup, train_step
 
-SAVED = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
-for name in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention"):
+# torchtitan's save list (torchtitan/distributed/activation_checkpoint.py, _get_default_save_ops): torch's
+# compute-intensive ops (mm, addmm, bmm, the flash / efficient SDPA kernels …) and the other SDPA variants, max,
+# linear, topk and reduce-scatter; plus the CPU flash kernel, this machine's stand-in for the CUDA one.
+SAVED = {op.default for op in get_default_op_list().compute_intensive_ops}
+for name in ("_scaled_dot_product_cudnn_attention", "_scaled_dot_product_attention_math",
+             "_scaled_dot_product_fused_attention_overrideable", "max", "linear", "topk",
+             "_scaled_dot_product_flash_attention_for_cpu"):  # fmt: skip
     if hasattr(torch.ops.aten, name):
         SAVED.add(getattr(torch.ops.aten, name).default)
+SAVED.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
+MM = {torch.ops.aten.mm.default, torch.ops.aten.linear.default}  # counted: every second one is recomputed
 
 
 class _MallInfo2(ctypes.Structure):
@@ -65,8 +73,20 @@ def state_bytes(run: object) -> int:
     return n
 
 
-def policy(ctx: object, func: object, *args: object, **kw: object) -> ck.CheckpointPolicy:
-    return ck.CheckpointPolicy.MUST_SAVE if func in SAVED else ck.CheckpointPolicy.PREFER_RECOMPUTE
+def op_policy() -> object:
+    """torchtitan's SelectiveAC policy for one checkpoint region: ops in SAVED are saved except the even-numbered
+    mm calls, counted afresh per region and separately for the forward and the recompute."""
+    count = {False: 0, True: 0}
+
+    def policy(ctx: object, func: object, *args: object, **kw: object) -> ck.CheckpointPolicy:
+        again = bool(ctx.is_recompute)  # type: ignore[attr-defined]
+        if func in MM:
+            count[again] += 1
+        if func in SAVED and not (func in MM and count[again] % 2 == 0):
+            return ck.CheckpointPolicy.MUST_SAVE
+        return ck.CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
 
 
 def wrap(module: torch.nn.Module, **kw: object) -> None:
@@ -99,7 +119,7 @@ def main() -> None:
             elif recompute == "selective":
                 wrap(block.attn.core)
             elif recompute == "op":
-                wrap(block, context_fn=lambda: ck.create_selective_checkpoint_contexts(policy))
+                wrap(block, context_fn=lambda: ck.create_selective_checkpoint_contexts(op_policy()))
         train_step(run)
         start, held = in_use(), state_bytes(run)
         with Peak() as mode:

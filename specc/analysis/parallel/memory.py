@@ -50,8 +50,8 @@ def activations_per_microbatch(
 ) -> int:
     """Bytes one micro-batch leaves on a device of ``stage`` for the backward pass. ``attention``: ``math``
     keeps the N² scores (softmax output, dropout mask and output); ``flash`` keeps Q, K, V and per-row
-    statistics. ``op``: the block inputs and the matmul outputs (torchtitan's op-level checkpointing saves
-    those and recomputes norms, activations and the rest)."""
+    statistics. ``op`` (torchtitan's op-level checkpointing, see ``profile.py``): the block inputs and the
+    outputs the policy saves (addmm, odd-numbered mm, attention core)."""
     st = prof.stages(lay.pp)[stage]
     tp, cp, b = lay.tp, lay.cp, t.micro_batch
     rep_div = (tp if t.sequence_parallel else 1) * cp
@@ -59,7 +59,8 @@ def activations_per_microbatch(
     if t.recompute == "full":
         return _div(st.full_kept * b, rep_div) + outside  # one block input per block
     if t.recompute == "op":
-        kept = _div((st.full_kept + st.op_replicated) * b, rep_div) + _div(st.op_sharded * b, tp * cp)
+        sharded = st.op_sharded + (st.op_math if attention == "math" else 0)
+        kept = _div((st.full_kept + st.op_replicated) * b, rep_div) + _div(sharded * b, tp * cp)
         return kept + outside
     sharded = st.selective_sharded if t.recompute == "selective" else st.saved_sharded
     if t.recompute == "none" and attention == "flash":

@@ -7,6 +7,15 @@ Tensor-parallel classes of what an op keeps for the backward pass (Korthikanti e
 experts' hidden states); ``replicated`` is divided by tp only with sequence parallelism (norm inputs, the
 inputs of column-parallel linears, dropout masks). With a causal LM the cross-entropy keeps the logits in fp32
 (vocabulary-parallel: sharded), as their 4·s·b·v/t output-layer term does.
+
+Recompute ``op`` is torchtitan's op-level selective checkpointing (torchtitan/distributed/activation_checkpoint.py,
+``SelectiveAC``): each block is one checkpoint region that keeps its input; inside it an op's output is saved iff
+the op is in torch's compute-intensive list (``get_default_op_list``: mm, addmm, bmm, the SDPA kernels …), except
+that the ``aten.mm`` calls are counted per region and the even-numbered ones (2nd, 4th …) are recomputed. specc's
+torch linears call ``aten.addmm`` with a bias (always saved, not counted) and ``aten.mm`` without (counted), in
+the block's graph order; the attention core is one SDPA call (output and its log-sum-exp saved; the ``math``
+implementation's bmm outputs: output and N² scores). A MoE layer's expert GEMMs are a data-dependent number of
+mm calls: half of them are taken as saved.
 """
 
 from __future__ import annotations
@@ -49,12 +58,15 @@ class OpProfile:
     # what the kernel cost model (timing.py) needs beyond the totals
     matmul_causal: int = 0  # attention: the QK and AV FLOPs a causal fused kernel really runs (masked tiles skipped)
     scores: int = 0  # attention: score elements of one (batch-1) evaluation, heads × queries × keys
+    op_math: int = 0  # recompute op, math attention: what it saves beyond op_kept (N² scores − LSE; batch 1)
     attn_dropout: bool = False  # attention: dropout on the probabilities (math: a mask and a copy through memory)
     saved_flash: int = 0  # attention: kept for backward by a fused kernel (Q, K, V, output statistics)
     gemm: tuple[int, int] = (0, 0)  # linear: (in, out) features; attention: (head_dim, head_dim)
     role: str = ""  # column | row | vocab | replicated (how tp splits the GEMM)
     keys: int = 0  # attention: keys each query attends over (before any mask)
     out_bytes: int = 0  # bytes of the op's output (batch 1)
+    op_kept: int = 0  # recompute op: bytes of its outputs the policy saves (flash attention: output + LSE)
+    op_rerun: float = 0.0  # recompute op: the fraction of its forward the backward reruns
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,6 +93,7 @@ class Stage:
     flash_saving: int = 0  # what a fused attention kernel does not keep of the materialised scores (sharded)
     op_sharded: int = 0  # recompute op: matmul outputs kept, split by tp (column linears, attention cores)
     op_replicated: int = 0  # … and those whole on each tp rank (row-parallel outputs)
+    op_math: int = 0  # … and what math attention saves beyond that (the N² scores, a bmm output; sharded)
 
 
 def _stage(ops: Counter[OpProfile], key: int) -> Stage:
@@ -107,8 +120,9 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         total("routed"),
         max((p.block_input for p, _ in items), default=0),
         sum(c * (p.saved_sharded - p.saved_flash) for p, c in items if p.attention),
-        sum(c * p.out_bytes for p, c in items if p.in_block and (p.attention or (p.matmul and p.role == "column"))),
-        sum(c * p.out_bytes for p, c in items if p.in_block and p.matmul and p.role == "row"),
+        sum(c * p.op_kept for p, c in items if p.in_block and p.role != "row"),
+        sum(c * p.op_kept for p, c in items if p.in_block and p.role == "row"),
+        sum(c * p.op_math for p, c in items if p.in_block),
     )
 
 
@@ -156,6 +170,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
     where = anchors(g)
     outputs = set(g.outputs.values())
     f_inputs: set[str] = set()
+    mm_count: Counter[object] = Counter()  # per block (checkpoint region): aten.mm calls so far
     out = []
     for c in costs:
         op = c.op
@@ -203,6 +218,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
             gemm = (int(op.attrs["head_dim"]), int(op.attrs["head_dim"]))
         elif op.kind == "linear":
             gemm = (int(op.attrs["in_features"]), int(op.attrs["out_features"]))
+        op_kept, op_rerun, op_math = _op_policy(op, c, width, ins, elem_bytes, saved_s, mm_count)
         out.append(
             (
                 where[op.name],
@@ -231,10 +247,33 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     role=role,
                     out_bytes=width,
                     keys=(ins[1][1] if op.attrs.get("cross") else ins[0][1]) if op.kind == "attention" else 0,
+                    op_kept=op_kept,
+                    op_rerun=op_rerun,
+                    op_math=op_math,
                 ),
             )
         )
     return GraphProfile(g, seq, dtype, elem_bytes, training, out)
+
+
+def _op_policy(
+    op: Any, c: Any, width: int, ins: list[tuple[int, ...]], elem_bytes: int, moe_saved: int, mm_count: Counter[object]
+) -> tuple[int, float, int]:
+    """(bytes saved, fraction of the forward rerun, math attention's saved scores) of one op under torchtitan's
+    op-level policy; ``mm_count`` counts the block's aten.mm calls in forward order."""
+    if op.layer is None:
+        return 0, 0.0, 0  # outside the checkpointed blocks: kept as without recompute
+    if op.kind == "linear":
+        if op.attrs.get("bias"):
+            return width, 0.0, 0  # aten.addmm: saved, not counted
+        mm_count[op.layer] += 1
+        return (width, 0.0, 0) if mm_count[op.layer] % 2 else (0, 1.0, 0)
+    if op.kind == "attention":
+        lse = int(op.attrs["heads"]) * ins[0][1] * LOSS_BYTES  # fused SDPA: output and fp32 log-sum-exp
+        return width + lse, 0.0, c.mem.scores - lse  # math: output and the QKᵀ bmm's scores
+    if op.kind == "moe":
+        return moe_saved // 2, 0.5, 0
+    return 0, 1.0, 0
 
 
 def _width(g: LayerGraph, attention: str) -> int:

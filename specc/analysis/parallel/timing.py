@@ -13,8 +13,8 @@ tensor-parallel ops (all ops with sequence parallelism) and by cp.
   GEMMs, the N² scores written, read and written by the softmax, read and written again with a mask by the
   attention dropout, read by AV (the same in backward, twice).
 - Recompute ``full``: the blocks' forward again; ``selective``: the attention cores' forward again; ``op``
-  (torchtitan's op-level selective checkpointing): every op of a block except the matmuls (linears, attention
-  core) runs again.
+  (torchtitan's op-level selective checkpointing, see ``profile.py``): every op of a block whose output the
+  policy does not save runs again (norms, activations, adds, the even-numbered bias-free linears).
 """
 
 from __future__ import annotations
@@ -103,14 +103,14 @@ def op_time(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float, 
     out.compute += bc
     out.memory += scale * m
     again = (
-        (t.recompute == "full" and p.in_block)
-        or (t.recompute == "selective" and p.attention)
-        or (t.recompute == "op" and p.in_block and not p.matmul)
+        float(t.recompute == "full" and p.in_block)
+        or float(t.recompute == "selective" and p.attention)
+        or (p.op_rerun if t.recompute == "op" and p.in_block else 0.0)
     )
     if again:
-        out.recompute = fwd
-        out.compute += c
-        out.memory += m
+        out.recompute = again * fwd
+        out.compute += again * c
+        out.memory += again * m
     return out
 
 

@@ -1,0 +1,65 @@
+"""Recompute ``op`` is torchtitan's op-level selective checkpointing: what the analyzer keeps per block equals the
+bytes of the op outputs torchtitan's policy (tests/train_step_probe.py's ``op_policy``) saves when it is run over
+the aten ops torch really calls in a block's forward, and the linears it reruns are the ones the policy
+recomputes (bias-free linears are counted ``aten.mm`` calls: every second one is recomputed)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.utils import checkpoint as ck
+from torch.utils._python_dispatch import TorchDispatchMode
+from train_step_probe import MM, op_policy
+
+import specc
+from specc.analysis.parallel.profile import profile
+
+SETS = ["blocks=2", "d_model=64", "attention.heads=4", "mlp.hidden=96", "context=32", "vocab_size=50"]
+BATCH, SEQ = 3, 32
+
+
+class Calls(TorchDispatchMode):
+    """Every aten op a forward runs, in order, with its tensor outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[object, list[torch.Tensor]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        self.calls.append((func, [t for t in outs if torch.is_tensor(t)]))
+        return out
+
+
+@pytest.mark.parametrize(("preset", "extra"), [("gpt2", []), ("llama3.1-8b", ["attention.kv_heads=2"])])
+def test_op_policy_keeps_what_torch_saves(preset: str, extra: list[str]) -> None:
+    g = specc.lower(specc.load_spec(preset, [*SETS, *extra]))
+    prof = profile(g, SEQ, None, "fp32", training=True)
+    block = [p for _, p in prof.ops if p.in_block]
+    blocks = prof.blocks
+    st = prof.stages(1)[0]
+    kept = (st.op_sharded + st.op_replicated) // blocks
+    assert kept * blocks == st.op_sharded + st.op_replicated  # every block alike
+    model = specc.build_torch(g).float()
+    rec = Calls()
+    with rec:
+        model.blocks[0](torch.randn(BATCH, SEQ, 64))
+    policy, ctx = op_policy(), SimpleNamespace(is_recompute=False)
+    saved, rerun_mm, storages = 0, 0, set()
+    for func, outs in rec.calls:
+        must = policy(ctx, func) == ck.CheckpointPolicy.MUST_SAVE
+        rerun_mm += func in MM and not must
+        for t in outs if must else ():
+            if t.untyped_storage().data_ptr() not in storages:
+                storages.add(t.untyped_storage().data_ptr())
+                saved += t.untyped_storage().nbytes()
+    assert saved == kept * BATCH, (preset, saved, kept * BATCH)
+    linears = [p for p in block if p.gemm != (0, 0) and not p.attention]
+    assert rerun_mm == sum(p.op_rerun for p in linears) / blocks
+    if preset == "llama3.1-8b":  # qkv, out, gate, up, down: aten.mm 1…5, the 2nd and 4th recomputed
+        assert rerun_mm == 2
+    else:  # biased linears are aten.addmm: saved, never counted
+        assert rerun_mm == 0 and all(p.op_rerun == 0 for p in linears)
