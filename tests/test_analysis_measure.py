@@ -1,8 +1,10 @@
 """``specc profile-device`` measures this CPU; the profile predicts a `specc train` step of a small character LM
 (tests/train_step_probe.py, one fresh process for every recompute policy): peak tensor memory within 10% for
-each policy, and step time within 25% when the machine ran the steps as it ran the profile (a 1024³ GEMM timed
-right after the steps within 15% of the profile's peak, its fastest GEMM: on a shared host other jobs slow one
-and not the other, by up to 35% here; the time check is then skipped, and says so)."""
+each policy (and for ``op`` again with bias-free QKV and MLP linears, whose aten.mm calls torchtitan's policy
+counts and saves every other one of), and step time within 25% when the machine ran the steps as it ran the
+profile (a 1024³ GEMM timed right after the steps within 15% of the profile's peak, its fastest GEMM: on a
+shared host other jobs slow one and not the other, by up to 35% here; the time check is then skipped, and says
+so)."""
 
 from __future__ import annotations
 
@@ -29,18 +31,25 @@ POLICIES = ("none", "selective", "op", "full")
 pytestmark = pytest.mark.serial  # timed against the profile: alone on the machine (scripts/test's second phase)
 
 
-@pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, float]]:
-    """Every policy's step, measured in one fresh process (one model: the steps differ by the policy alone)."""
+NO_BIAS = ["bias.qkv=false", "bias.mlp=false"]  # qkv, fc1, fc2 become aten.mm 1, 2, 3: the 2nd recomputed
+
+
+def _measure(tmp: pytest.TempPathFactory, policies: tuple[str, ...], sets: list[str]) -> dict[str, dict[str, float]]:
     random.seed(0)
     chars = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJ.,;:0123456789"
-    text = tmp_path_factory.mktemp("text") / "text.txt"
+    text = tmp.mktemp("text") / "text.txt"
     text.write_text("".join(random.choice(chars) for _ in range(100_000)))
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    args = [sys.executable, str(PROBE), str(text), ",".join(POLICIES), "1", str(BATCH), str(WINDOW), "3", *SETS]
+    args = [sys.executable, str(PROBE), str(text), ",".join(policies), "1", str(BATCH), str(WINDOW), "3", *sets]
     done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, float]]:
+    """Every policy's step, measured in one fresh process (one model: the steps differ by the policy alone)."""
+    return _measure(tmp_path_factory, POLICIES, SETS)
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +71,18 @@ def test_profile_device_writes_a_loadable_profile(profile: Path) -> None:
 
 @pytest.mark.parametrize("recompute", POLICIES)
 def test_cpu_profile_predicts_a_train_step(profile: Path, measured: dict, recompute: str) -> None:
+    _check(profile, measured, recompute, SETS)
+
+
+def test_cpu_profile_predicts_op_recompute_of_bias_free_linears(
+    profile: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    _check(profile, _measure(tmp_path_factory, ("op",), [*SETS, *NO_BIAS]), "op", [*SETS, *NO_BIAS])
+
+
+def _check(profile: Path, measured: dict, recompute: str, sets: list[str]) -> None:
     got = measured[recompute]
-    g = specc.lower(specc.load_spec("gpt2", [*SETS, f"vocab_size={int(got['vocab'])}"]))
+    g = specc.lower(specc.load_spec("gpt2", [*sets, f"vocab_size={int(got['vocab'])}"]))
     t = Training(recompute=recompute, micro_batch=BATCH, global_batch=BATCH)
     c = analyze_layout(g, Layout(), training=t, is_training=True, device=load_device(str(profile)),
                        interconnect="nvlink", seq=WINDOW, dtype="fp32")  # fmt: skip
