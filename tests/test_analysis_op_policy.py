@@ -14,6 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from train_step_probe import MM, op_policy
 
 import specc
+from specc.analysis.parallel import Layout, Training
+from specc.analysis.parallel.memory import activations_per_microbatch
 from specc.analysis.parallel.profile import profile
 
 SETS = ["blocks=2", "d_model=64", "attention.heads=4", "mlp.hidden=96", "context=32", "vocab_size=50"]
@@ -63,3 +65,16 @@ def test_op_policy_keeps_what_torch_saves(preset: str, extra: list[str]) -> None
         assert rerun_mm == 2
     else:  # biased linears are aten.addmm: saved, never counted
         assert rerun_mm == 0 and all(p.op_rerun == 0 for p in linears)
+
+
+def test_op_policy_with_math_attention_keeps_the_scores() -> None:
+    """torch's math SDPA runs as bmm calls, in the save list: the N² scores are kept where the fused kernel keeps
+    only its log-sum-exp; the linears' outputs are the same under both."""
+    g = specc.lower(specc.load_spec("llama3.1-8b", [*SETS, "attention.kv_heads=2"]))
+    prof = profile(g, SEQ, None, "fp32", training=True)
+    t = Training(recompute="op", micro_batch=BATCH, global_batch=BATCH)
+    flash = activations_per_microbatch(prof, 0, Layout(), t, "flash")
+    math = activations_per_microbatch(prof, 0, Layout(), t, "math")
+    heads = 4
+    lse, scores = heads * SEQ * 4, heads * SEQ * SEQ * 4  # per sequence and block, fp32
+    assert math - flash == prof.blocks * BATCH * (scores - lse)
