@@ -5,6 +5,8 @@ logits and tokens; ``model.plain()`` and ``accel.restore`` undo it; nothing belo
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +99,16 @@ def test_the_standalone_model_py_has_no_kernel_slot_and_no_pass(tmp_path: Path) 
         names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | _imports_of(tree)
         assert not {n for n in names if "kernel" in n or "accel" in n or n in ("Override", "plain")}, case
+
+
+def test_a_plain_build_imports_nothing_of_the_pass() -> None:
+    code = (
+        "import sys, torch; from specc.backends.torch import build_torch; "
+        "m = build_torch('gpt2', device='meta', accelerate=False); m.plain(); "
+        "print(sorted(n for n in sys.modules if n.startswith('specc.backends.torch.accel')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def _imports_of(tree: ast.AST) -> set[str]:

@@ -11,7 +11,6 @@ import torch
 from ...errors import SpecError
 from ...ir.graph import LayerGraph
 from ...ir.lower import lower
-from . import accel
 from .layers import Model
 from .layers.model import init_rule
 from .memory import Need, check_fits, init_transient, param_bytes
@@ -108,8 +107,10 @@ def build_torch(
     model.graph = graph
     if not isinstance(accelerate, (bool, type(None))):
         raise SpecError(f"accelerate must be True, False or None (the SPECC_ACCEL switch), not {accelerate!r}")
-    if accelerate or (accelerate is None and accel.enabled()):
-        accel.accelerate(model)  # from outside, as parallelize is: the generated tree stays plain
+    if accelerate or (accelerate is None and os.environ.get("SPECC_ACCEL", "1") != "0"):
+        from .accel import accelerate as apply  # imported only when applied: a plain build loads none of it
+
+        apply(model)  # from outside, as parallelize is: the generated tree stays plain
     return model.eval()
 
 

@@ -25,7 +25,7 @@ from torch import nn
 from . import modules
 from .decoding import Generate, Step
 
-ENV = "SPECC_ACCEL"  # "0": build_torch returns the plain module tree
+ENV = "SPECC_ACCEL"  # "0": build_torch returns the plain module tree (build.py reads it without importing this)
 
 
 def enabled() -> bool:
