@@ -72,7 +72,7 @@ def linear_routing(model: torch.nn.Module) -> str:
     if not linears:
         return "none (this backend holds the weights in its own modules)"
     try:
-        from specc.backends.torch.kernels import FastForward
+        from specc.backends.torch.accel.kernels import FastForward
     except ImportError:
         return f"{len(linears)} nn.Linear"
     fast = sum(isinstance(m.__dict__.get("forward"), FastForward) for m in linears)
@@ -83,7 +83,7 @@ def decode_step_row(ours: torch.nn.Module, vocab: int, length: int, reps: int, n
     """One decoding step as generate takes it (the native step where it measured faster), the eager step, and
     the model's one-row linear calls alone."""
     try:
-        from specc.backends.torch import decode_native
+        from specc.backends.torch.accel import decode_native
     except ImportError:  # a checkout without it
         decode_native = None
     native = decode_native.stepper(ours) if decode_native is not None else None
@@ -315,7 +315,7 @@ def main() -> None:
     for row in rows:
         print("| " + " | ".join(row) + " |")
     try:
-        from specc.backends.torch.kernels import choices
+        from specc.backends.torch.accel.kernels import choices
     except ImportError:
         return
     decided = choices()

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from specc.backends.torch.layers.compiled import CPU_OPTIONS
+from specc.backends.torch.accel.compiled import CPU_OPTIONS
 
 
 def hf_compiled_options(hf: Any) -> dict[str, Any] | None:

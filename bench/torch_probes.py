@@ -138,7 +138,7 @@ def reader_rates(times: dict[str, list[float]], gb: dict[str, float]) -> dict[st
 def native_gemv() -> Callable[..., torch.Tensor] | None:
     """specc's native GEMV where this checkout has it and it builds here (else None; the reason is printed)."""
     try:
-        from specc.backends.torch import kernels_native
+        from specc.backends.torch.accel import kernels_native
     except ImportError:
         return None
     if not kernels_native.available():

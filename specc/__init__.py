@@ -35,11 +35,12 @@ __all__ = [
 ]
 
 
-def build_torch(spec: Any, weights: Any = None, device: Any = None, dtype: Any = None) -> Any:
-    """``torch.nn.Module`` for a spec; state_dict keys equal the IR scope names."""
+def build_torch(spec: Any, weights: Any = None, device: Any = None, dtype: Any = None, accelerate: Any = None) -> Any:
+    """``torch.nn.Module`` for a spec; state_dict keys equal the IR scope names. ``accelerate=False`` (or
+    ``SPECC_ACCEL=0``): the plain module tree, without the acceleration pass."""
     from .backends.torch.build import build_torch as impl
 
-    return impl(spec, weights=weights, device=device, dtype=dtype)
+    return impl(spec, weights=weights, device=device, dtype=dtype, accelerate=accelerate)
 
 
 def export_onnx(spec: Any, path: Any, weights: Any = None, **options: Any) -> Any:

@@ -30,7 +30,7 @@ TINY = '["blocks=1", "d_model=16", "attention.heads=2", "mlp.hidden=32", "vocab_
 BUILD = f"import specc, torch\nmodel = specc.build_torch(specc.load_spec('gpt2', {TINY}))\n"
 SAVE = BUILD + "torch.save(model, 'm.pt')\n"
 LOAD = "import torch\nm = torch.load('m.pt', weights_only=False)\nprint(m(torch.tensor([[1, 2, 3]])).shape)\n"
-NATIVE = "import torch\nfrom specc.backends.torch import kernels_native\nprint(kernels_native.status())\n"
+NATIVE = "import torch\nfrom specc.backends.torch.accel import kernels_native\nprint(kernels_native.status())\n"
 MARK = "planted code ran"
 
 

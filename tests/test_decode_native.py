@@ -12,7 +12,7 @@ from hf_block_cases import CASES, spec_of
 from torch.utils.flop_counter import FlopCounterMode
 
 import specc
-from specc.backends.torch import decode_native, kernels_native
+from specc.backends.torch.accel import decode_native, kernels_native
 from specc.backends.torch.layers.model import Model
 
 pytestmark = pytest.mark.skipif(not kernels_native.available(), reason="no native library on this machine")

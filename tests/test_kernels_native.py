@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specc.backends.torch import kernels, kernels_native
+from specc.backends.torch.accel import kernels, kernels_native
 
 BUILDS_HERE = sys.platform.startswith("linux") and shutil.which("c++") is not None
 

@@ -33,7 +33,7 @@ LLAMA += ["--set", "mlp.hidden=48", "--set", "dtype=fp32"]
 
 @pytest.fixture(autouse=True)
 def _plain_kernels(monkeypatch: pytest.MonkeyPatch):
-    from specc.backends.torch import kernels
+    from specc.backends.torch.accel import kernels
 
     monkeypatch.setenv("SPECC_KERNELS", "torch")  # the launched ranks and this process compute alike
     kernels.reset()

@@ -89,3 +89,52 @@ def test_an_op_kind_without_cost_rules_is_a_clear_error() -> None:
 
     with pytest.raises(NotImplementedError, match=r"no cost rule for op kind 'warp' \(blocks.0.warp\): add"):
         rules_for("warp", "blocks.0.warp")
+
+
+# The native decoding step is a fifth reader of the layer graph: its op table (decode_native.KINDS / CODES /
+# FNS) and its ctypes Op must be decode_native.cpp's enums and struct, and name only catalogue op kinds.
+NATIVE_CPP = ROOT / "specc/backends/torch/accel/decode_native.cpp"
+C_TYPES = {"int32_t": "c_int", "int64_t": "c_long", "float": "c_float"}  # ctypes' names of the fixed widths
+
+
+def _cpp_enum(source: str, name: str) -> list[str]:
+    import re
+
+    body = re.search(rf"enum {name} : int32_t \{{([^}}]*)\}};", source)
+    assert body, f"enum {name} not found in {NATIVE_CPP.name}"
+    return [item.strip() for item in body.group(1).split(",") if item.strip()]
+
+
+def _cpp_struct_fields(source: str) -> list[tuple[str, str]]:
+    """(name, ctypes type name) of each field of ``struct Op``, in order (pointers: c_void_p)."""
+    import re
+
+    body = re.search(r"struct Op \{(.*?)\n\};", source, re.S)
+    assert body, f"struct Op not found in {NATIVE_CPP.name}"
+    fields = []
+    for line in body.group(1).splitlines():
+        decl = line.split("//")[0].strip().rstrip(";")
+        if not decl:
+            continue
+        kind, names = re.match(r"(?:const )?(\w+)(.*)", decl).groups()
+        for item in names.split(","):
+            item = item.strip()
+            fields.append((item.lstrip("*").strip(), "c_void_p" if item.startswith("*") else C_TYPES[kind]))
+    return fields
+
+
+def test_the_native_step_op_table_is_the_cpp_one_and_names_catalogue_kinds() -> None:
+    import ctypes
+
+    from specc.backends.torch.accel import decode_native
+    from specc.ir.ops import CATALOGUE
+
+    source = NATIVE_CPP.read_text()
+    assert [c.upper() for c in decode_native.CODES] == _cpp_enum(source, "Code")
+    assert [f.upper() for f in sorted(decode_native.FNS, key=decode_native.FNS.get)] == _cpp_enum(source, "Fn")
+    assert sorted(decode_native.FNS.values()) == list(range(len(decode_native.FNS)))
+    assert sorted(set(decode_native.KINDS) - set(CATALOGUE)) == [], "op kinds the catalogue does not have"
+    assert set(decode_native.CODES) == {c for c in decode_native.KINDS.values() if c}
+    ours = [(name, getattr(t, "__name__", "")) for name, t in decode_native._Op._fields_]
+    as_ctypes = [(n, getattr(ctypes, t).__name__) for n, t in _cpp_struct_fields(source)]
+    assert ours == as_ctypes, "decode_native._Op is not decode_native.cpp's struct Op, field for field"

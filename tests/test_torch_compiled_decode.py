@@ -104,7 +104,7 @@ def test_static_cache_step_decodes_like_the_growing_cache(case: str, uncompiled:
 
 
 def test_cuda_steps_compile_to_cuda_graphs(uncompiled: list[Any]) -> None:
-    from specc.backends.torch.layers.compiled import CompiledDecoder
+    from specc.backends.torch.accel.compiled import CompiledDecoder
 
     CompiledDecoder(model_of("gpt2"), torch.device("cuda"))  # nothing runs: only torch.compile's options
     assert uncompiled == [{"mode": "reduce-overhead", "dynamic": False}]

@@ -1,4 +1,4 @@
-"""specc.backends.torch.kernels: the measured choice of CPU linear kernel equals F.linear, stays out of the way
+"""specc.backends.torch.accel.kernels: the measured choice of CPU linear kernel equals F.linear, stays out of the way
 of autograd, tracing, compiling and FlopCounterMode, and survives the ecosystem's module transformations."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specc.backends.torch import kernels, kernels_candidates, kernels_dispatch, kernels_measure, kernels_native
+from specc.backends.torch.accel import kernels, kernels_candidates, kernels_dispatch, kernels_measure, kernels_native
 
 IN, OUT = 48, 81  # OUT is odd: the row-split GEMV also has a remainder block
 
@@ -135,14 +135,14 @@ def test_import_and_measuring_leave_global_state_alone(monkeypatch: pytest.Monke
     from torch.utils.flop_counter import flop_registry
 
     rng, registry = torch.get_rng_state(), dict(flop_registry)
-    names = [n for n in sys.modules if n.startswith("specc.backends.torch.kernels")]
-    package = sys.modules["specc.backends.torch"]
+    names = [n for n in sys.modules if n.startswith("specc.backends.torch.accel.kernels")]
+    package = sys.modules["specc.backends.torch.accel"]
     for name in names:  # both restored after the test
         monkeypatch.delitem(sys.modules, name)
         monkeypatch.setattr(package, name.rsplit(".", 1)[1], getattr(package, name.rsplit(".", 1)[1]))
-    fresh = importlib.import_module("specc.backends.torch.kernels")  # a fresh import of the package's code
+    fresh = importlib.import_module("specc.backends.torch.accel.kernels")  # a fresh import of the package's code
     assert fresh is not kernels
-    assert not fresh.choices() and not sys.modules["specc.backends.torch.kernels_candidates"].onednn_ok
+    assert not fresh.choices() and not sys.modules["specc.backends.torch.accel.kernels_candidates"].onednn_ok
     assert torch.equal(torch.get_rng_state(), rng), "import probes nothing"
     w, b = _weights(True)
     with torch.no_grad():

@@ -32,7 +32,6 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init:
     the values ``build_torch(spec)`` would give (``init=True``) or left for ``checkpoint.load_into`` /
     ``materialize.load_full`` (``init=False``). A model with real weights keeps them (``init`` must be True).
     """
-    from ..backends.torch import kernels
     from .fsdp import apply_fsdp
     from .tensor import apply_tensor_parallel
 
@@ -66,7 +65,8 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init:
             "init=False leaves the parameters of a meta-device model uninitialized; this model has real weights",
             hint='build_torch(spec, device="meta") for a model a checkpoint will fill',
         )
-    kernels.restore(model)  # DTensor and FSDP parameters run on F.linear
+    if hasattr(model, "plain"):
+        model.plain()  # the acceleration pass undone: DTensor and FSDP parameters run on plain modules
     tp = mesh["tp"] if "tp" in names else None
     dp = mesh["dp"] if "dp" in names else None
     if sequence_parallel and (tp is None or tp.size() == 1):

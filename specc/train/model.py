@@ -62,7 +62,7 @@ def check_lengths(graph: LayerGraph, longest: dict[str | None, int]) -> None:
 def build(spec: Any, device: torch.device, weights: dict[str, torch.Tensor] | None = None) -> torch.nn.Module:
     from .. import build_torch
 
-    return build_torch(spec, weights=weights, device=device, dtype=torch.float32)
+    return build_torch(spec, weights=weights, device=device, dtype=torch.float32, accelerate=False)  # plain modules
 
 
 def seq2seq_logits(model: torch.nn.Module, src: torch.Tensor, mask: torch.Tensor, dec_in: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """PyTorch backend: layer graph → generated ``nn.Module`` source, checkpoints, a standalone model.py, generation.
 
 model = build_torch(spec)                    # a real module tree: blocks.3.attn.qkv is an nn.Linear
+model.plain()                                # undo the acceleration pass build_torch applied (accel/)
 logits = model(input_ids)                    # forward signature by task; model.run(inputs) gives every output
 tokens = model.generate(input_ids, 20)       # KV cache; greedy / temperature / top-k / top-p, seeded
 with model.attention_maps() as maps: ...     # attention probabilities by scope name (math path)

@@ -11,7 +11,6 @@ import torch
 from ...errors import SpecError
 from ...ir.graph import LayerGraph
 from ...ir.lower import lower
-from . import kernels
 from .layers import Model
 from .layers.model import init_rule
 from .memory import Need, check_fits, init_transient, param_bytes
@@ -71,6 +70,7 @@ def build_torch(
     weights: str | os.PathLike[str] | dict[str, torch.Tensor] | None = None,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
+    accelerate: bool | None = None,
 ) -> Model:
     """``nn.Module`` for a spec (or LayerGraph), from Python source generated off the layer graph.
 
@@ -80,9 +80,12 @@ def build_torch(
     anything is allocated. ``weights``: a .safetensors path (specc names, or a ``specc compile --target
     torch`` checkpoint), a sharded folder or index, or a dict of tensors; names pass through
     ``specc.interop.names.to_specc_names``. Without weights the parameters are initialised from the spec's
-    seed. ``dtype`` defaults to the spec's; ``device`` to the CPU. On the CPU every linear layer runs the
-    kernel measured fastest for its shape on this machine (``specc.backends.torch.kernels``; plain F.linear
-    for training, tracing, compiling and counting). Returned in eval mode; ``model.graph`` is the layer graph
+    seed. ``dtype`` defaults to the spec's; ``device`` to the CPU. ``accelerate`` (default: on unless
+    ``SPECC_ACCEL=0``): the acceleration pass (``specc.backends.torch.accel``) is applied to the built model —
+    on the CPU every linear layer runs the kernel measured fastest for its shape on this machine (plain
+    F.linear for training, tracing, compiling and counting), decoding steps natively where measured faster,
+    and ``generate(compile=True)`` compiles; off, the model is the plain module tree (the same logits; the
+    pass can be undone later with ``model.plain()``). Returned in eval mode; ``model.graph`` is the layer graph
     it came from and ``type(model).SOURCE`` its generated source.
     """
     graph = as_graph(spec)
@@ -102,8 +105,12 @@ def build_torch(
             model.to_empty(device=dev)
             model.init_weights()
     model.graph = graph
-    if dev.type == "cpu":
-        kernels.accelerate(model)  # each linear's kernel measured on this CPU at first use (SPECC_KERNELS=torch: off)
+    if not isinstance(accelerate, (bool, type(None))):
+        raise SpecError(f"accelerate must be True, False or None (the SPECC_ACCEL switch), not {accelerate!r}")
+    if accelerate or (accelerate is None and os.environ.get("SPECC_ACCEL", "1") != "0"):
+        from .accel import accelerate as apply  # imported only when applied: a plain build loads none of it
+
+        apply(model)  # from outside, as parallelize is: the generated tree stays plain
     return model.eval()
 
 

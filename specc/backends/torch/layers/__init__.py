@@ -20,7 +20,7 @@ from .embed import (
     scaled,
     sinusoids,
 )
-from .extras import SpeccModel, generate, math_attention
+from .extras import Override, SpeccModel, generate, math_attention, overrides
 from .generation import GenerationError, pick_tokens
 from .model import Model
 from .moe import MoE
@@ -43,6 +43,7 @@ __all__ = [
     "MoE",
     "Model",
     "OffsetRMSNorm",
+    "Override",
     "PatchEmbed",
     "RMSNorm",
     "RNNDecoder",
@@ -60,6 +61,7 @@ __all__ = [
     "generate",
     "last_positions",
     "math_attention",
+    "overrides",
     "pick_tokens",
     "reuse",
     "rnn_states",

@@ -2,8 +2,8 @@
 
 Self-attention reads a packed projection ``[q heads | k heads | v heads]`` (each ``head_dim`` wide); cross-
 attention reads ``q`` and a packed ``[k | v]``. ``attention_mask`` is the key padding mask [B, N_k] (1 = keep,
-0 = pad). A core's ``kernel``, when set (specc's explicit-softmax path for attention maps and FLOP counts),
-replaces SDPA.
+0 = pad). A core's ``product`` is SDPA (soft-capped cores: the explicit softmax); specc's attention maps and
+FLOP counts set an explicit-softmax ``product`` on the instance.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .state import State
 
 
 class AttentionCore(nn.Module):
-    """Heads [B, H, N, D] → merged [B, N, H·D] through SDPA (or a ``kernel`` set by specc: explicit softmax)."""
+    """Heads [B, H, N, D] → merged [B, N, H·D] through SDPA."""
 
     mask, window, prefix, chunk = "none", None, None, None  # padding comes from attention_mask alone
 
@@ -26,7 +26,6 @@ class AttentionCore(nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.scale, self.dropout = scale or 1.0 / head_dim**0.5, dropout
-        self.kernel = None  # None: SDPA; else specc's explicit softmax (attention maps, FLOP counting)
 
     def mask_for(
         self, n_q: int, n_k: int, pad: Tensor | None, state: State | None, device: torch.device
@@ -68,13 +67,13 @@ class AttentionCore(nn.Module):
         return seen
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
-        p = self.dropout if self.training else 0.0
-        if self.kernel is not None:
-            y = self.kernel(self, q, k, v, mask, causal, p)
-        else:
-            gqa = self.kv_heads != self.heads
-            y = F.scaled_dot_product_attention(q, k, v, mask, p, causal, scale=self.scale, enable_gqa=gqa)
+        y = self.product(q, k, v, mask, causal, self.dropout if self.training else 0.0)
         return y.transpose(1, 2).flatten(2)
+
+    def product(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
+        """softmax(q kᵀ · scale + mask) v by SDPA, heads [B, H, N_q, D]."""
+        gqa = self.kv_heads != self.heads
+        return F.scaled_dot_product_attention(q, k, v, mask, p, causal, scale=self.scale, enable_gqa=gqa)
 
     def extra_repr(self) -> str:
         kv = f", kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
@@ -149,12 +148,8 @@ class SoftcapAttention(WindowedAttention):
         super().__init__(*args, **kwargs)
         self.softcap = softcap
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
-        if self.kernel is not None:  # attention maps, FLOP counting: they cap too (math_attention)
-            return super().attend(q, k, v, mask, causal)
-        k, v, mask = self.visible(q, k, v, mask)
-        y = math_attention(self, q, k, v, mask, causal, self.dropout if self.training else 0.0)[0]
-        return y.transpose(1, 2).flatten(2)
+    def product(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
+        return math_attention(self, q, k, v, mask, causal, p)[0]
 
 
 class CrossAttention(AttentionCore):

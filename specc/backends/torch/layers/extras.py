@@ -1,6 +1,7 @@
 """What specc adds to built models beyond model.py: outputs by name, the explicit softmax path, attention maps,
-the MoE auxiliary loss. Generated sources import ``SpeccModel as Model``; a standalone model.py has the plain
-``Model`` (the same generated classes, without these conveniences)."""
+the MoE auxiliary loss, and the seam of passes applied from outside (``Override``, ``SpeccModel.plain``).
+Generated sources import ``SpeccModel as Model``; a standalone model.py has the plain ``Model`` (the same
+generated classes, without these conveniences)."""
 
 from __future__ import annotations
 
@@ -10,24 +11,55 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from .. import decode_native
 from .attention import AttentionCore, math_attention
-from .compiled import StaticCache, decoder_of
 from .generation import GenerationError
 from .model import Model
-from .state import KVCache
 
 
-def math_kernel(core: AttentionCore, *args: Any) -> Tensor:
+def math_product(core: AttentionCore, *args: Any) -> Tensor:
+    """An attention core's ``product`` by the explicit softmax (set on the instance: ``attention_impl``)."""
     return math_attention(core, *args)[0]
 
 
-def recording_kernel(maps: dict[str, Tensor], name: str, core: AttentionCore, *args: Any) -> Tensor:
+def recording_product(maps: dict[str, Tensor], name: str, core: AttentionCore, *args: Any) -> Tensor:
+    """The explicit softmax, its probabilities kept in ``maps[name]`` (``attention_maps``)."""
     y, probs = math_attention(core, *args)
     maps[name] = probs.detach()
     return y
+
+
+def _product(core: AttentionCore) -> Any:
+    """The function behind an instance-level ``product`` (None: the class's own)."""
+    return getattr(core.__dict__.get("product"), "func", None)
+
+
+class Override:
+    """An instance-level method (``forward``, ``step``, ...) that a pass applied from outside sets on one module
+    of a built model (specc.backends.torch.accel); ``SpeccModel.plain()`` removes every one. A small class
+    rather than a bound method or closure: pickle stores a bound method as ``getattr(module, name)``, which
+    cannot be resolved while the module itself is being unpickled; this one pickles (torch.save of a whole
+    model), deep-copies (state it caches is dropped) and reads the module's current parameters at each call."""
+
+    __slots__ = ("module",)
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.module,))
+
+    def __repr__(self) -> str:
+        return f"<specc {type(self).__name__} of {type(self.module).__name__}>"
+
+
+def overrides(model: nn.Module) -> list[tuple[nn.Module, str]]:
+    """Every (module, attribute) of the tree where a pass set an ``Override``."""
+    return [(m, k) for m in model.modules() for k, v in m.__dict__.items() if isinstance(v, Override)]
 
 
 class SpeccModel(Model):
@@ -46,7 +78,7 @@ class SpeccModel(Model):
         """sdpa (fused kernels) | math (explicit softmax, set or forced: soft-capped layers have no SDPA path) |
         mixed, over every attention layer."""
         cores = [m for m in self.modules() if isinstance(m, AttentionCore)]
-        math = [m.kernel is math_kernel or getattr(m, "softcap", None) for m in cores]
+        math = [_product(m) is math_product or getattr(m, "softcap", None) for m in cores]
         return "math" if cores and all(math) else "mixed" if any(math) else "sdpa"
 
     @attention_impl.setter
@@ -55,7 +87,10 @@ class SpeccModel(Model):
             raise ValueError(f"attention impl {impl!r}: use 'sdpa' or 'math'")
         for m in self.modules():
             if isinstance(m, AttentionCore):
-                m.kernel = math_kernel if impl == "math" else None
+                if impl == "math":
+                    m.product = functools.partial(math_product, m)
+                else:
+                    m.__dict__.pop("product", None)
 
     @contextlib.contextmanager
     def attention_maps(self) -> Iterator[dict[str, Tensor]]:
@@ -65,8 +100,8 @@ class SpeccModel(Model):
         saved = []
         for name, m in self.named_modules():
             if isinstance(m, AttentionCore):
-                saved.append((m, "kernel", m.kernel))
-                m.kernel = functools.partial(recording_kernel, maps, name)
+                saved.append((m, "product", m.__dict__.get("product")))
+                m.product = functools.partial(recording_product, maps, name, m)
             elif hasattr(m, "recorder"):
                 saved.append((m, "recorder", m.recorder))
                 m.recorder = (maps, name)
@@ -74,33 +109,28 @@ class SpeccModel(Model):
             yield maps
         finally:
             for m, attr, value in saved:
-                setattr(m, attr, value)
+                if attr == "product" and value is None:  # the class's own again
+                    del m.__dict__["product"]
+                else:
+                    setattr(m, attr, value)
 
     def generate(self, input_ids: Tensor, max_new_tokens: int, attention_mask: Tensor | None = None, *,
                  compile: bool = False, **options: Any) -> Tensor:  # fmt: skip
-        """``Model.generate``; ``compile``: each one-token step through ``torch.compile`` over a static cache
-        (compiled.py: CUDA graphs on CUDA), compiled at the first call of a shape; the prompt runs eagerly."""
-        if not compile:
-            return super().generate(input_ids, max_new_tokens, attention_mask, **options)
-        if options.get("use_cache") is False:
-            raise GenerationError("compiled decoding steps through the KV cache: use_cache=False recomputes")
-        self.__dict__["_decoding"] = decoder_of(self, input_ids.device)
-        try:
-            return super().generate(input_ids, max_new_tokens, attention_mask, **options)
-        finally:
-            del self.__dict__["_decoding"]
+        """``Model.generate``. ``compile=True`` (each one-token step through ``torch.compile``) is served by the
+        acceleration pass, which overrides this method on the instance; a plain model refuses it."""
+        if compile:
+            raise GenerationError(
+                "compiled decoding comes with the acceleration pass: build_torch(..., accelerate=True) "
+                "without SPECC_ACCEL=0"
+            )
+        return super().generate(input_ids, max_new_tokens, attention_mask, **options)
 
-    def start(self, inputs: dict[str, Tensor | None], max_len: int) -> KVCache:
-        decoder = self.__dict__.get("_decoding")
-        return super().start(inputs, max_len) if decoder is None else decoder.start(super().start(inputs, max_len))
-
-    def step(self, cache: KVCache, tokens: Tensor, **growing: Tensor | None) -> Tensor:
-        if isinstance(cache, StaticCache) and tokens.shape[1] == 1 and cache.length:  # prefill: eager
-            return self.__dict__["_compiled_decoder"].step(cache, tokens, growing.get("attention_mask"))
-        native = decode_native.stepper(self) if cache.length else None  # one-token steps after a prefill
-        if native is not None and native.usable(self, cache, tokens, growing.get("attention_mask")):
-            return native.step(cache, tokens, lambda: super(SpeccModel, self).step(cache, tokens, **growing))
-        return super().step(cache, tokens, **growing)
+    def plain(self) -> SpeccModel:
+        """Undo every pass applied from outside (the acceleration pass): the plain generated module tree, the
+        same logits; returns the model itself."""
+        for module, name in overrides(self):
+            del module.__dict__[name]
+        return self
 
     def aux_loss(self) -> Tensor | None:
         """Sum of the MoE load-balancing losses of the last training forward (None without MoE or coef)."""

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ... import cache
+from .... import cache
 
 ENV = "SPECC_NATIVE"  # "0": never build or load the native kernel
 KERNELS_ENV = "SPECC_KERNELS"  # "torch": plain F.linear everywhere, and no native code loaded

@@ -11,7 +11,7 @@ One job per file:
 - ``kernels_native``: building, caching and loading the native GEMV (``SPECC_NATIVE=0`` turns it off);
 - ``kernels_measure``: timing the candidates of a shape class on the call's own inputs, noise detection;
 - ``kernels_dispatch``: ``linear`` — which calls may be routed, the per-class decisions, re-measuring;
-- ``kernels_modules``: ``accelerate`` / ``restore`` of a model's ``nn.Linear`` layers and tied heads.
+- ``modules``: ``accelerate`` / ``restore`` of a model's ``nn.Linear`` layers and tied heads (the pass: ``accel``).
 
 ``SPECC_KERNELS=torch`` (environment variable) forces plain ``F.linear`` everywhere and loads no native code;
 unset, ``auto`` or anything else measures. It is read when a shape class is first seen (after changing it in a
@@ -24,7 +24,7 @@ from __future__ import annotations
 from .kernels_candidates import CANDIDATES
 from .kernels_dispatch import choices, linear, reset
 from .kernels_measure import ENV, FEW_ROWS, Choice
-from .kernels_modules import FastForward, accelerate, restore
+from .modules import FastForward, accelerate, restore
 
 __all__ = ["CANDIDATES", "ENV", "FEW_ROWS", "Choice", "FastForward", "accelerate", "choices", "linear", "reset",
            "restore"]  # fmt: skip

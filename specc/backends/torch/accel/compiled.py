@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .... import cache
-from .attention import SelfAttention
-from .generation import GenerationError
-from .state import KVCache, State
+from ..layers.attention import SelfAttention
+from ..layers.generation import GenerationError
+from ..layers.state import KVCache, State
 
 # Inductor options on the CPU: its defaults, by measurement (GPT-2 small, fp32, greedy 32 + 128 tokens, 2-core
 # AMD EPYC, 2 threads, tokens/s against eager specc in the same run, near-idle machine): defaults 0.83×, freezing
@@ -63,11 +63,11 @@ def _torch_default() -> str:
 
 
 class StaticCache(KVCache):
-    """A KVCache whose buffers (zeros, one per attention layer) belong to the decoder and outlive the call."""
+    """A KVCache whose buffers (zeros, one per attention layer) belong to ``decoder`` and outlive the call."""
 
-    def __init__(self, max_len: int, inputs: dict[str, Any], kv: dict[nn.Module, tuple[Tensor, Tensor]]):
+    def __init__(self, max_len: int, inputs: dict[str, Any], decoder: CompiledDecoder):
         super().__init__(max_len, inputs)
-        self.kv = kv
+        self.kv, self.decoder = decoder.kv, decoder
 
     def update(self, layer: nn.Module, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         old = self.kv.get(layer)
@@ -127,7 +127,7 @@ class CompiledDecoder:
             self.kv, self.max_len = {}, max_len
         for k, v in self.kv.values():
             k.zero_(), v.zero_()
-        return StaticCache(max_len, cache.inputs, self.kv)
+        return StaticCache(max_len, cache.inputs, self)
 
     def step(self, cache: StaticCache, tokens: Tensor, mask: Tensor | None) -> Tensor:
         """One token per row [B, 1] after the cache, through the compiled step; logits [B, 1, V]."""
@@ -180,11 +180,3 @@ class CompiledDecoder:
         written = (idx <= slot)[None, None, None, :] & pad[:, idx][:, None, None, :]  # written, not padding
         allowed = core.allows(k, q) & written
         return allowed | ~allowed.any(-1, keepdim=True)
-
-
-def decoder_of(model: Any, device: torch.device) -> CompiledDecoder:
-    """The model's compiled decoder for ``device`` (made once: compiling takes seconds)."""
-    decoder = model.__dict__.get("_compiled_decoder")
-    if decoder is None or decoder.device != device:
-        decoder = model.__dict__["_compiled_decoder"] = CompiledDecoder(model, device)
-    return decoder

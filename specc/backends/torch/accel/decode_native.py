@@ -23,15 +23,31 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..layers.rope import by_length
+from ..layers.state import KVCache
 from . import kernels_native
-from .kernels_modules import FastForward
-from .layers.rope import by_length
-from .layers.state import KVCache
+from .modules import FastForward, TiedForward
 
-# decode_native.cpp's Code, in order
-CODES = ("embed", "position", "layernorm", "rmsnorm", "slice_rmsnorm", "linear", "attention", "add", "act", "glu",
-         "scale", "softcap")  # fmt: skip
-FNS = {"relu": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "tanh": 4}
+# The one definition of the native program's vocabulary, held against decode_native.cpp (its ``enum Code``,
+# ``enum Fn`` and ``struct Op``) and the op catalogue by tests/test_registries.py:
+# op kind of the layer graph → the native op that computes it (None: identity in eval, the same slot)
+KINDS: dict[str, str | None] = {
+    "embedding": "embed",
+    "learned_pos": "position",
+    "layernorm": "layernorm",
+    "rmsnorm": "rmsnorm",
+    "slice_rmsnorm": "slice_rmsnorm",
+    "linear": "linear",
+    "attention": "attention",
+    "add": "add",
+    "activation": "act",
+    "glu": "glu",
+    "scale": "scale",
+    "softcap": "softcap",
+    "dropout": None,
+}
+CODES = tuple(dict.fromkeys(code for code in KINDS.values() if code))  # decode_native.cpp's Code, in order
+FNS = {"relu": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "tanh": 4}  # decode_native.cpp's Fn
 MAX_HEAD_DIM = 1024  # decode_native.cpp's per-head scratch
 _REPS = 3  # timed steps of each kind at the first native-capable step
 
@@ -135,8 +151,7 @@ class Program:
         elif kind == "attention":
             self._attention(op, m.get_submodule(op.name), width, last)
         elif kind in ("add", "activation", "glu") and (kind == "add" or a.get("fn") in FNS):
-            code = {"add": "add", "activation": "act", "glu": "glu"}[kind]
-            self._emit(code, op.name, width, op.inputs, last, fn=FNS.get(a.get("fn"), 0))
+            self._emit(KINDS[kind], op.name, width, op.inputs, last, fn=FNS.get(a.get("fn"), 0))
         elif kind == "scale":
             self._emit("scale", op.name, width, op.inputs, last, scale=float(a["factor"]))
         elif kind == "softcap":
@@ -246,7 +261,7 @@ class Stepper:
             return False  # out of the table: the eager step raises
         if torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters()):
             return False
-        if _modes_active() or any(core.kernel is not None for _, core in self.program.cores):
+        if _modes_active() or any("product" in core.__dict__ for _, core in self.program.cores):  # maps, math
             return False
         state = self.program.check(model)
         if state == "stale":
@@ -337,7 +352,7 @@ def _not_as_built(model: nn.Module) -> str | None:
         if (
             name not in twin
             or type(m) is not type(twin[name])
-            or (forward is not None and type(forward) is not FastForward)
+            or (forward is not None and type(forward) not in (FastForward, TiedForward))
         ):
             return f"{name or 'the model'}: a {type(m).__module__}.{type(m).__name__}"
     return None
