@@ -86,7 +86,25 @@ class _Counting(Sink):
 
 
 @dataclass(kw_only=True)
-class ExternalSink(_Counting):
+class _FileSink(_Counting):
+    """A sink that streams each chunk's bytes into one open file as they arrive."""
+
+    _file: BinaryIO | None = None
+
+    def write(self, chunk: np.ndarray) -> None:
+        assert self._file is not None
+        view = _bytes(chunk)
+        self._file.write(view)
+        self._count(view.nbytes)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+@dataclass(kw_only=True)
+class ExternalSink(_FileSink):
     """Tensors into ``data`` (the staged file named ``location`` beside the model), the model proto last."""
 
     model: onnx.ModelProto
@@ -94,7 +112,6 @@ class ExternalSink(_Counting):
     data: Path
     location: str
     spans: dict[str, tuple[int, int]] = field(default_factory=dict)
-    _file: BinaryIO | None = None
     _start_at: int = 0
 
     def __post_init__(self) -> None:
@@ -107,12 +124,6 @@ class ExternalSink(_Counting):
         if out.nbytes >= ALIGN_FROM and at % ALIGN:
             self._file.write(b"\0" * (ALIGN - at % ALIGN))
         self._start_at = self._file.tell()
-
-    def write(self, chunk: np.ndarray) -> None:
-        assert self._file is not None
-        view = _bytes(chunk)
-        self._file.write(view)
-        self._count(view.nbytes)
 
     def end(self) -> None:
         out = self._stop()
@@ -138,19 +149,13 @@ class ExternalSink(_Counting):
         assert not pending, f"weights never written: {pending[:4]}"
         self.path.write_bytes(self.model.SerializeToString())
 
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
 
 @dataclass(kw_only=True)
-class InlineSink(_Counting):
+class InlineSink(_FileSink):
     """The model proto without its weights first, then each weight as one more ``graph`` field (see above)."""
 
     model: onnx.ModelProto
     path: Path
-    _file: BinaryIO | None = None
 
     def __post_init__(self) -> None:
         graph = self.model.graph
@@ -174,22 +179,11 @@ class InlineSink(_Counting):
         assert self._file is not None
         self._file.write(_tag(7) + _varint(len(initializer) + tensor_len) + initializer + head)  # ModelProto.graph
 
-    def write(self, chunk: np.ndarray) -> None:
-        assert self._file is not None
-        view = _bytes(chunk)
-        self._file.write(view)
-        self._count(view.nbytes)
-
     def end(self) -> None:
         self._stop()
 
     def finish(self) -> None:
         self.close()
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
 
 
 @dataclass(kw_only=True)
