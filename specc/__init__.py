@@ -15,9 +15,9 @@ from typing import Any
 __version__ = "0.1.0"
 
 from .errors import Diagnostic, SpecError
+from .io.read import ReadError
 from .ir.graph import LayerGraph
 from .ir.lower import lower
-from .read import ReadError
 from .spec.loader import load_spec
 
 __all__ = [

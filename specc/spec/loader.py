@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .. import read
 from ..errors import Diagnostic, SpecError
+from ..io import read
 from .presets import find_preset, preset_names, resolve_source
 from .rules import RuleViolations
 from .schema import FAMILIES, SPEC_ADAPTER, SpecModel
