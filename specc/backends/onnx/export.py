@@ -30,13 +30,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ... import __version__
 from ...errors import SpecError
 from ...io import output_target
 from ...ir.graph import LayerGraph
 from ...ir.lower import lower
 from ...spec.schema import DTYPE_BYTES
 from ...spec.serialize import SPEC_KEY, spec_json
+from ...version import __version__
 from . import graph_encdec
 from .builder import ExportOptions
 from .graph_transformer import build_transformer, validate
