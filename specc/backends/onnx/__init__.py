@@ -4,7 +4,7 @@ Entry point: ``export.export_onnx`` (also ``specc.export_onnx`` and ``specc comp
 
 Layout of the package (one job per file):
 - ``builder``          graph builder over onnx.helper, export options, symbolic axis names
-- ``registry``         op kind → ``make_<op>`` table (``@emits``), a leaf the ``ops_*`` modules fill
+- ``op_registry``      op kind → ``make_<op>`` table (``@emits``), a leaf the ``ops_*`` modules fill
 - ``emit``             the walk over IR ops; imports every ``ops_*`` module
 - ``ops_embed``        embeddings, positions (learned / sinusoidal / 2-D), patches, class token
 - ``ops_dense``        norms, linear, activations, GLU, residual add, pooling

@@ -1,4 +1,4 @@
-"""The walk over IR ops (in topological order) through the emitter table of ``registry``.
+"""The walk over IR ops (in topological order) through the emitter table of ``op_registry``.
 
 Importing this module imports every ``ops_*`` module, so the table is complete before the first op is emitted.
 """
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from ...ir.graph import Op
 from . import ops_attention, ops_dense, ops_embed, ops_moe, ops_rnn  # noqa: F401  (they fill EMITTERS)
 from .builder import GraphBuilder
-from .registry import EMITTERS
+from .op_registry import EMITTERS
 
 
 def emit_ops(b: GraphBuilder, ops: Iterable[Op]) -> None:

@@ -22,8 +22,8 @@ from .builder import CONTRIB, GraphBuilder, symbolic
 from .contrib import check_contrib, uses_gqa
 from .fuse import bias_add
 from .masks import additive, combined_keep
+from .op_registry import emits
 from .positions import position_ids, span
-from .registry import emits
 from .tables import angles, rope_inv_freq, to_model_dtype
 
 

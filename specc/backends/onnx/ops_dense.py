@@ -7,7 +7,7 @@ import numpy as np
 from ...ir.graph import Op
 from .builder import GraphBuilder
 from .fuse import mark_residual, skip_norm
-from .registry import emits
+from .op_registry import emits
 
 
 def weight_t(b: GraphBuilder, name: str, perm: tuple[int, ...] = (1, 0)) -> str:

@@ -6,8 +6,8 @@ import numpy as np
 
 from ...ir.graph import Op
 from .builder import GraphBuilder
+from .op_registry import emits
 from .positions import position_ids
-from .registry import emits
 from .tables import sinusoid_2d, sinusoid_rows
 
 

@@ -22,8 +22,8 @@ from onnx import TensorProto
 
 from ...ir.graph import Op
 from .builder import GraphBuilder
+from .op_registry import emits
 from .ops_dense import activation, weight_t
-from .registry import emits
 
 MOE_FORMS = ("sparse", "dense")
 

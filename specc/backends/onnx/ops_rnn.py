@@ -15,8 +15,8 @@ from onnx import TensorProto
 
 from ...ir.graph import Op
 from .builder import GraphBuilder
+from .op_registry import emits
 from .ops_dense import weight_t
-from .registry import emits
 
 ONNX_OP = {"gru": "GRU", "lstm": "LSTM", "rnn": "RNN"}
 # position of each ONNX gate in PyTorch's gate order
