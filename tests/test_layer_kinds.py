@@ -119,7 +119,7 @@ def test_onnx_equals_torch_with_one_fused_attention_per_layer(tmp_path: Path) ->
 def test_cached_generation_equals_recomputation_in_torch_and_onnx(tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     from specc.runtime.generate import greedy
-    from specc.runtime.model import OrtModel
+    from specc.runtime.onnx_model import OrtModel
 
     spec = specc.load_spec(_doc())
     model = specc.build_torch(spec).eval()

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import SpecError
 from ..io import read
-from .model import IOSpec, OrtModel
+from .onnx_model import IOSpec, OrtModel
 
 INT64 = np.iinfo(np.int64)
 

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import SpecError
 from ..io import read
 from ..spec.serialize import SPEC_KEY
-from .session import open_session
+from .ort_session import open_session
 
 ROLES = ("model", "encoder", "decoder_step", "decoder")
 # facts of the lowered graph the runtime reads from ``specc.ir_meta``: each a positive whole number or null
