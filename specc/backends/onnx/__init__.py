@@ -19,7 +19,6 @@ Layout of the package (one job per file):
 - ``tables``           position encodings computed as the torch backend computes them
 - ``recipes``          how each weight initializer is made from parameters (cast, concat, MatMulNBits), in chunks
 - ``sources``          where parameters come from: safetensors / HF checkpoints by rows, the seeded init, a dict
-- ``weights``          the export's weight source (``sources.open_weights``)
 - ``stream``           the weights streamed from their source through the recipes into the files; checker
 - ``save``             metadata, the 2 GB line past which tensors go to external data
 - ``genai``            ``genai_config.json`` for onnxruntime-genai (``--genai``)
