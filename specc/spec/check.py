@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rules import (
+from .rules_block import block_violations
+from .rules_fields import (
     attention_rules,
     encoder_decoder_rules,
     mlp_rules,
@@ -18,7 +19,6 @@ from .rules import (
     size_rules,
     vit_rules,
 )
-from .rules_block import block_violations
 from .rules_kinds import layer_kinds
 from .schema import EncoderDecoderSpec, RNNSeq2SeqSpec, ViTSpec, _Base, _Transformer, install_check
 from .violation import RuleViolations

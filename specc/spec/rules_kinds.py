@@ -8,7 +8,7 @@ import difflib
 from typing import Any
 
 from . import kinds
-from .rules import attention_rules, kind_name, mlp_rules, position_rules, vit_rules
+from .rules_fields import attention_rules, kind_name, mlp_rules, position_rules, vit_rules
 from .schema import EncoderDecoderSpec, ViTSpec, _Transformer
 from .violation import Violation
 
