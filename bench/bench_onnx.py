@@ -176,7 +176,7 @@ def gpt2_rows(threads: int, quick: bool, seq: int, new_tokens: int) -> tuple[lis
 
     import specc
     from specc.runtime.generate import greedy
-    from specc.runtime.model import OrtModel
+    from specc.runtime.onnx_model import OrtModel
 
     prompt = 32
     iters, gen_iters, warmup = (2, 1, 1) if quick else (15, 5, 2)  # this host's calls spread by 20-50%
@@ -312,7 +312,7 @@ def main() -> None:
     import transformers
     from moe_onnx import moe_rows
 
-    from specc.runtime.session import default_threads
+    from specc.runtime.ort_session import default_threads
 
     threads = args.threads or default_threads()
     torch.set_num_threads(threads)

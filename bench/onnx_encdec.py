@@ -48,7 +48,7 @@ def run(quick: bool, threads: int, source: int, new_tokens: int) -> list[tuple[s
     import specc
     from specc.interop import import_hf
     from specc.runtime.generate import greedy
-    from specc.runtime.model import OrtModel
+    from specc.runtime.onnx_model import OrtModel
 
     hf = bart(2 if quick else 6)
     start = hf.config.decoder_start_token_id
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from cpu_info import cpu_model
 
-    from specc.runtime.session import default_threads
+    from specc.runtime.ort_session import default_threads
 
     threads = args.threads or default_threads()
     torch.set_num_threads(threads)

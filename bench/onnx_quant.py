@@ -134,7 +134,7 @@ def speed(tmp: Path, quick: bool, threads: int, new_tokens: int) -> list[tuple[s
 
     import specc
     from specc.runtime.generate import greedy
-    from specc.runtime.model import OrtModel
+    from specc.runtime.onnx_model import OrtModel
 
     spec = specc.load_spec("gpt2", ["blocks=2"] if quick else [])
     prompt = 32
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from cpu_info import cpu_model
 
-    from specc.runtime.session import default_threads
+    from specc.runtime.ort_session import default_threads
 
     threads = args.threads or default_threads()
     torch.set_num_threads(threads)

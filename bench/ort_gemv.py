@@ -297,7 +297,7 @@ def main() -> None:
     import torch
     from cpu_info import cpu_model
 
-    from specc.runtime.session import default_threads
+    from specc.runtime.ort_session import default_threads
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=15)

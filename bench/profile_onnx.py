@@ -93,7 +93,7 @@ def main() -> None:
     from cpu_info import cpu_model
 
     import specc
-    from specc.runtime.session import default_threads
+    from specc.runtime.ort_session import default_threads
 
     threads = default_threads()
     spec = specc.load_spec("gpt2", args.set or None)

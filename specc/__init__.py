@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
-
 from .errors import Diagnostic, SpecError
+from .io.read import ReadError
 from .ir.graph import LayerGraph
 from .ir.lower import lower
-from .read import ReadError
 from .spec.loader import load_spec
+from .version import __version__
 
 __all__ = [
     "Diagnostic",

@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .read import ReadError, open_regular, read_bounded
+from .io.read import ReadError, open_regular, read_bounded
 
 ENV = "SPECC_CACHE"
 MANIFEST = ".sha256"  # NAME.sha256 beside NAME: "<hex digest>  NAME\n", as sha256sum writes it

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import specc
 from specc.analysis import analyze
-from specc.analysis.rules.attention import visible_pairs
+from specc.analysis.rules.attention_core import visible_pairs
 
 GPT2_SMALL = ["blocks=2", "d_model=64", "attention.heads=4", "mlp.hidden=256", "vocab_size=101", "context=64"]
 

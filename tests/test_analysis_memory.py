@@ -5,7 +5,7 @@ from __future__ import annotations
 import specc
 from specc.analysis import analyze
 from specc.analysis.costs import Ctx
-from specc.analysis.evaluate import evaluate
+from specc.analysis.op_costs import evaluate
 
 
 def test_graph_activations_equal_korthikanti_per_layer() -> None:

@@ -199,7 +199,7 @@ def test_greedy_generation_with_kv_cache_matches_hf_generate(zoo, case: Case, tm
     torch.testing.assert_close(torch.cat(steps, 1), want_logits, atol=ATOL, rtol=0)
 
     from specc.runtime.generate import greedy
-    from specc.runtime.model import OrtModel
+    from specc.runtime.onnx_model import OrtModel
 
     path = specc.export_onnx(s.spec, tmp_path / "model.onnx", weights=s.weights, kv_cache=True)
     feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones_like(ids.numpy())}

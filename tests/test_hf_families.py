@@ -99,7 +99,7 @@ def test_greedy_generation_matches_hf_generate(family, case: Case, tmp_path: Pat
     assert got[:, -n:].tolist() == want.tolist()
 
     from specc.runtime.generate import greedy
-    from specc.runtime.model import OrtModel
+    from specc.runtime.onnx_model import OrtModel
 
     path = specc.export_onnx(s.spec, tmp_path / "model.onnx", weights=s.weights, kv_cache=True)
     feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones_like(ids.numpy())}

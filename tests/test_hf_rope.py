@@ -117,7 +117,7 @@ def test_greedy_generation_with_kv_cache_equals_hf(saved, name: str, tmp_path: P
     """Generation crosses the original context (longrope: 8, dynamic: 16): keys cached before the switch keep
     their rotation, as in HF's generate."""
     from specc.runtime.generate import greedy
-    from specc.runtime.model import OrtModel
+    from specc.runtime.onnx_model import OrtModel
 
     hf, folder = saved(name)
     spec = import_hf(folder).spec

@@ -119,7 +119,7 @@ def test_onnx_equals_torch_with_one_fused_attention_per_layer(tmp_path: Path) ->
 def test_cached_generation_equals_recomputation_in_torch_and_onnx(tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     from specc.runtime.generate import greedy
-    from specc.runtime.model import OrtModel
+    from specc.runtime.onnx_model import OrtModel
 
     spec = specc.load_spec(_doc())
     model = specc.build_torch(spec).eval()
@@ -166,7 +166,7 @@ def test_per_kind_costs_and_kv_cache_per_layer() -> None:
     pairs = 3 * sum(min(p + 1, 4) for p in range(64)) + sum(p % 5 + 1 for p in range(64)) + 64 * 65 // 2
     assert useful == 2 * 2 * 4 * pairs * 8
     from specc.analysis.output import render_text
-    from specc.analysis.views import report_sections
+    from specc.analysis.report_views import report_sections
 
     table = render_text("table", "t", report_sections(r), d, [])
     assert "Layer kinds" in table and "chunked chunk 5" in table

@@ -22,7 +22,7 @@ import specc
 from specc.backends.onnx.export import export_onnx
 from specc.runtime.generate import greedy, mask_positions
 from specc.runtime.inputs import check, complete
-from specc.runtime.model import OrtModel
+from specc.runtime.onnx_model import OrtModel
 
 TEXT = ["blocks=2", "d_model=32", "attention.heads=4", "context=32", "vocab_size=61", "init.std=0.3"]
 DECODERS = {

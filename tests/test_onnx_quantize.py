@@ -14,7 +14,7 @@ import torch
 import specc
 from specc.backends.onnx.export import export_onnx
 from specc.runtime.generate import _empty_past, greedy
-from specc.runtime.model import OrtModel
+from specc.runtime.onnx_model import OrtModel
 
 GPT = ["blocks=2", "d_model=64", "attention.heads=4", "context=32", "vocab_size=96", "mlp.hidden=256"]
 CLI = Callable[..., tuple[int, str, str]]

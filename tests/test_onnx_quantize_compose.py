@@ -17,7 +17,7 @@ from specc.backends.onnx.export import export_onnx
 from specc.backends.onnx.quantize_fold import all_nodes
 from specc.runtime.generate import _empty_past, greedy
 from specc.runtime.inputs import check, complete
-from specc.runtime.model import OrtModel
+from specc.runtime.onnx_model import OrtModel
 
 CLI = Callable[..., tuple[int, str, str]]
 ED = ["blocks=2", "d_model=32", "attention.heads=4", "context=32", "vocab_size=61", "init.std=0.2", "mlp.hidden=64"]

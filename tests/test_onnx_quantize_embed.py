@@ -17,7 +17,7 @@ import specc
 from specc.backends.onnx import quantize_embed
 from specc.backends.onnx.export import export_onnx
 from specc.runtime.generate import greedy
-from specc.runtime.model import OrtModel
+from specc.runtime.onnx_model import OrtModel
 
 V, D = 96, 64
 GPT = ["blocks=2", f"d_model={D}", "attention.heads=4", "context=32", f"vocab_size={V}", "mlp.hidden=128"]

@@ -8,7 +8,7 @@ import pytest
 
 import specc
 from specc.analysis.parallel import Layout, Training, param_shards, per_device_weight_bytes
-from specc.analysis.parallel.memory import model_states
+from specc.analysis.parallel.device_memory import model_states
 from specc.analysis.parallel.run import analyze_layout
 from specc.analysis.parallel.shard import weights_per_stage
 

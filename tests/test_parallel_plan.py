@@ -10,8 +10,8 @@ from pathlib import Path
 import specc
 from specc.analysis import analyze
 from specc.analysis.parallel import Layout, Training
-from specc.analysis.parallel.plan import plan
 from specc.analysis.parallel.run import analyze_layout
+from specc.analysis.parallel.search import plan
 
 Cli = Callable[..., tuple[int, str, str]]
 LLAMA2_70B = ["blocks=80", "d_model=8192", "attention.heads=64", "attention.kv_heads=8", "mlp.hidden=28672"]

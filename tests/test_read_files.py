@@ -1,4 +1,4 @@
-"""The reading layer (specc.read): regular files only, bounded reads, strict JSON and text, nesting limits.
+"""The reading layer (specc.io.read): regular files only, bounded reads, strict JSON and text, nesting limits.
 
 Also the helpers the other test_read_* / test_fuzz_* files share: ``one_line`` (exit 2, one error line, no
 traceback) and ``fifo`` (a named pipe that would hang a reader that does not check what it opened).
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from specc import SpecError, load_spec
-from specc import read as R
+from specc.io import read as R
 
 CLI = Callable[..., tuple[int, str, str]]
 

@@ -1,7 +1,8 @@
 """The four tables keyed by op kind cover the same kinds, and nothing writes into the op catalogue.
 
 The tables: the catalogue (shapes, parameters) in ``specc.ir.ops``, the cost rules in ``specc.analysis.rules``,
-the torch layer emitters in ``specc.backends.torch.codegen`` and the ONNX emitters in ``specc.backends.onnx.emit``.
+the torch layer emitters in ``specc.backends.torch.codegen`` and the ONNX emitters in
+``specc.backends.onnx.op_registry``.
 """
 
 from __future__ import annotations
@@ -20,12 +21,8 @@ TORCH_CODEGEN = "specc.backends.torch.codegen"
 
 
 def _onnx_kinds() -> set[str]:
-    importlib.import_module("specc.backends.onnx")
-    emit = importlib.import_module("specc.backends.onnx.emit")
-    load = getattr(emit, "_load_emitters", None)  # the ops_* modules register themselves when first needed
-    if load is not None:
-        load()
-    return set(emit.EMITTERS)
+    importlib.import_module("specc.backends.onnx.emit")  # imports every ops_* module, which fill the table
+    return set(importlib.import_module("specc.backends.onnx.op_registry").EMITTERS)
 
 
 def _torch_kinds() -> set[str]:

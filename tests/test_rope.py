@@ -223,7 +223,7 @@ def test_longrope_rebuild_cache_makes_cached_generation_equal_recomputation(tmp_
     rotated with the short ones, unless the cache is rebuilt at the switch (Phi-3's generate)."""
     pytest.importorskip("onnxruntime")
     from specc.runtime.generate import greedy
-    from specc.runtime.model import OrtModel
+    from specc.runtime.onnx_model import OrtModel
 
     sc = {"type": "longrope", "short_factor": SHORT, "long_factor": LONG, "original_max_positions": 8}
     stale = _spec({"type": "rotary", "scaling": sc})

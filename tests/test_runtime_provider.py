@@ -9,7 +9,7 @@ import pytest
 
 import specc
 from specc.errors import SpecError
-from specc.runtime.session import CPU, CUDA, open_session
+from specc.runtime.ort_session import CPU, CUDA, open_session
 
 TINY = ["blocks=1", "d_model=16", "attention.heads=2", "vocab_size=23", "context=8", "mlp.hidden=32"]
 

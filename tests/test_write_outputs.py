@@ -278,7 +278,7 @@ def test_writability_is_checked_before_export(cli, tmp_path: Path, monkeypatch: 
     def never(*a, **k):
         raise AssertionError("weights were built before the output was checked")
 
-    monkeypatch.setattr(export, "export_weights", never)
+    monkeypatch.setattr(export, "open_weights", never)
     fifo = tmp_path / "pipe.onnx"
     os.mkfifo(fifo)
     one_line_error(cli("compile", "gpt2", *TINY, "--target", "onnx", "-o", fifo), "FIFO")

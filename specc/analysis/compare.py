@@ -6,10 +6,10 @@ from typing import Any
 
 from . import fmt
 from .report import Report
+from .report_json import flatten, report_dict
+from .report_views import quadratic
 from .sections import Section
-from .serialize import flatten, report_dict
 from .sweep import Sweep
-from .views import quadratic
 
 
 def _row(s: Section, label: str, values: list[int | float | None], human: Any = fmt.si) -> None:

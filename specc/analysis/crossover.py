@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from fractions import Fraction
 
-from .evaluate import Totals
+from .op_costs import Totals
 
 QUADRATIC = ("qk", "av", "softmax", "cross_qk", "cross_av", "cross_softmax")
 

@@ -19,7 +19,7 @@ A profile file::
 
 Numbers may be plain (``3.35e12``) or carry a unit (k/M/G/T/P, ``Gi``-style binary prefixes for bytes). Every
 number must be finite and between ``MIN_QUANTITY`` and ``MAX_QUANTITY``; ``peak_flops`` names at least one dtype.
-The file is read like a spec (``specc.read``: a regular YAML file of at most 1 MiB).
+The file is read like a spec (``specc.io.read``: a regular YAML file of at most 1 MiB).
 """
 
 from __future__ import annotations

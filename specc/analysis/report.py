@@ -17,12 +17,12 @@ from . import constants as C
 from .costs import Ctx, numel
 from .crossover import QUADRATIC, solve
 from .devices import Device, load_device
-from .evaluate import GENERATION, OpCost, Totals, category, decode_ops, evaluate
-from .kinds import KindCosts, per_kind
-from .memory import memory_items
+from .kind_costs import KindCosts, per_kind
+from .model_memory import memory_items
+from .op_costs import GENERATION, OpCost, Totals, category, decode_ops, evaluate
 from .params import ParamCounts, count_params
+from .report_json import report_dict
 from .roofline import Phase, phase
-from .serialize import report_dict
 from .shapes import MatmulShape, attention_shapes
 
 RECOMPUTE = ("none", "selective", "full")

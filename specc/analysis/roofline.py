@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .devices import Device
-from .evaluate import OpCost
+from .op_costs import OpCost
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.graph import LayerGraph, Op, dims
-from .evaluate import OpCost
+from .op_costs import OpCost
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from ..errors import SpecError
 from ..ir.graph import LayerGraph
 from . import fmt
 from .report import Report, analyze
+from .report_json import report_dict
+from .report_views import quadratic
 from .sections import Section
-from .serialize import report_dict
-from .views import quadratic
 
 VARIABLES = ("seq", "batch", "dec_seq", "kv_len")
 MAX_POINTS = 256

@@ -135,9 +135,9 @@ def analyze(
     --parallel the per-device costs of a layout, with --plan the layouts of N devices ranked by step time."""
     from ..analysis import output as o
     from ..analysis.report import analyze as run
-    from ..analysis.serialize import flatten
+    from ..analysis.report_json import flatten
+    from ..analysis.report_views import report_sections, title
     from ..analysis.sweep import DEFAULT, parse_sweep, run_sweep, sweep_csv_rows, sweep_section
-    from ..analysis.views import report_sections, title
     from .parallel_cmds import refuse_stray, run_parallel
 
     s = load(spec, sets)  # first: its file is an input no output may replace
@@ -164,7 +164,7 @@ def analyze(
         var, values = parse_sweep(sweep or DEFAULT)
         sw = run_sweep(g, var, values, **opts)
         if plot:
-            from ..analysis.plot import plot_sweep
+            from ..analysis.cost_plot import plot_sweep
 
             err.print(f"wrote {plot_sweep(sw, plot)}")
         if sweep:
@@ -210,7 +210,7 @@ def compare(
             for r in sw.reports:
                 r.name = label
         if plot:
-            from ..analysis.plot import plot_compare
+            from ..analysis.cost_plot import plot_compare
 
             err.print(f"wrote {plot_compare(sweeps, plot)}")
         if sweep:

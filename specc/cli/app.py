@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from .. import __version__
 from ..errors import SpecError
+from ..version import __version__
 
 app = typer.Typer(
     name="specc",

@@ -108,7 +108,7 @@ def _run(model, input_ids, inputs, random, provider, threads, generate, start_id
          seed, verbose) -> None:  # fmt: skip
     from ..runtime import inputs as rin
     from ..runtime.generate import greedy
-    from ..runtime.model import OrtModel
+    from ..runtime.onnx_model import OrtModel
 
     m = OrtModel.open(model, provider.value, threads, verbose)
     if m.ir_meta.get("task") == "seq2seq":
@@ -162,7 +162,7 @@ def _run(model, input_ids, inputs, random, provider, threads, generate, start_id
 
 
 def _threads() -> int:
-    from ..runtime.session import default_threads
+    from ..runtime.ort_session import default_threads
 
     return default_threads()
 

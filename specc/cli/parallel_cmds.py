@@ -30,11 +30,11 @@ def refuse_stray(parallel: str | None, plan: bool, **given: Any) -> None:
 
 def run_parallel(spec: str, sets: list[str] | None, g: Any, opts: dict[str, Any], kw: dict[str, Any]) -> tuple:
     """(title, sections, document, csv rows) for ``--parallel`` or ``--plan``."""
-    from ..analysis.parallel import LayoutError, Training, parse_layout, views
-    from ..analysis.parallel.plan import plan
+    from ..analysis.parallel import LayoutError, Training, layout_views, parse_layout
     from ..analysis.parallel.run import analyze_layout, devices_and_links, settings
+    from ..analysis.parallel.search import plan
     from ..analysis.params import count_params
-    from ..analysis.serialize import flatten
+    from ..analysis.report_json import flatten
 
     for name in ("micro_batch", "global_batch", "top"):
         limits.bounded(kw[name], f"--{name.replace('_', '-')}", 1, limits.MAX_SYMBOLIC)
@@ -55,7 +55,7 @@ def run_parallel(spec: str, sets: list[str] | None, g: Any, opts: dict[str, Any]
                      interconnect=kw["interconnect"], top=kw["top"] or 10)  # fmt: skip
             mode = "training" if opts["training"] else "inference"
             text = f"{name} · plan for {kw['devices']} devices · N={seq} · G={r.global_batch} · {dtype} · {mode}"
-            return text, views.plan_sections(r), views.plan_document(head, r), views.plan_rows(r)
+            return text, layout_views.plan_sections(r), layout_views.plan_document(head, r), layout_views.plan_rows(r)
         lay = parse_layout(kw["parallel"])
         if kw["devices"] is not None and kw["devices"] != lay.devices:
             raise LayoutError(
@@ -77,9 +77,9 @@ def run_parallel(spec: str, sets: list[str] | None, g: Any, opts: dict[str, Any]
         c = analyze_layout(g, lay, training=t, is_training=opts["training"], seq=seq, dec_seq=opts["dec_seq"],
                            dtype=dtype, device=opts["device"], interconnect=kw["interconnect"])  # fmt: skip
         dev, link = devices_and_links(opts["device"], kw["interconnect"])
-        doc = views.layout_document(head, c, dev, link)
+        doc = layout_views.layout_document(head, c, dev, link)
         rows: list[list[Any]] = [["key", "value"], *map(list, flatten(doc))]
-        return views.title(name, lay, c, seq, dtype), views.layout_sections(c, dev, link), doc, rows
+        return layout_views.title(name, lay, c, seq, dtype), layout_views.layout_sections(c, dev, link), doc, rows
     except LayoutError as e:
         raise _located(e, spec, sets) from None
 

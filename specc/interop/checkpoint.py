@@ -1,6 +1,6 @@
 """Reading safetensors checkpoints as ``save_pretrained`` writes them: one file, or shards with an index.
 
-specc reads the format itself, through ``specc.read``: the 8-byte header length, then a strict JSON header
+specc reads the format itself, through ``specc.io.read``: the 8-byte header length, then a strict JSON header
 (duplicate keys, deep nesting and non-finite numbers refused), then exactly the bytes the header describes.
 Every tensor's dtype, shape and byte range is checked before any data is read, so a truncated, random or
 hostile file is one located error naming the file (and the tensor), never a crash or a read past the limit.
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import read
 from ..errors import SpecError
+from ..io import read
 
 INDEX = "model.safetensors.index.json"
 

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import read
 from ..errors import Diagnostic, SpecError
+from ..io import read
 
 _MISSING = object()
 

@@ -10,9 +10,8 @@ from typing import Any
 
 import yaml
 
-from .. import read
 from ..errors import Diagnostic, SpecError
-from ..io import atomic_write
+from ..io import atomic_write, read
 from ..spec.loader import load_spec
 from ..spec.schema import SpecModel
 from .family import Family

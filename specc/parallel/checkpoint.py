@@ -40,11 +40,11 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
-from .. import __version__, read
 from ..errors import SpecError
-from ..io import discard_stage, folder_stage, outputs_complete, replace_folder, signals_raise, write_error
+from ..io import discard_stage, folder_stage, outputs_complete, read, replace_folder, signals_raise, write_error
 from ..io.signals import signals_blocked
 from ..spec.serialize import SPEC_KEY, spec_json
+from ..version import __version__
 from . import shards
 
 META_FILE = "specc.json"

@@ -37,9 +37,9 @@ from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from .. import read
 from ..errors import SpecError
 from ..interop import checkpoint as st
+from ..io import read
 
 FORMAT = "specc-shards/1"
 SHARD_NAME = re.compile(r"^shard-[0-9]{5}\.safetensors$")

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import SpecError
 from .inputs import DEFAULT_START_ID
 from .kv_buffer import SharedKV, shares_buffer
-from .model import OrtModel
+from .onnx_model import OrtModel
 
 OnToken = Callable[[int], None]
 

@@ -1,7 +1,7 @@
 """Inputs for ``specc run``: parse ids, load .npy, make random inputs, fill defaults, and check everything
 against the model's declared inputs before onnxruntime sees it (so mistakes get one-line errors).
 
-.npy/.npz files are read through ``specc.read`` (regular files of at most ``read.ARRAY_BYTES``, an .npz's
+.npy/.npz files are read through ``specc.io.read`` (regular files of at most ``read.ARRAY_BYTES``, an .npz's
 members counted by their uncompressed size) without pickles; arrays must be numeric with at least one axis.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import read
 from ..errors import SpecError
-from .model import IOSpec, OrtModel
+from ..io import read
+from .onnx_model import IOSpec, OrtModel
 
 INT64 = np.iinfo(np.int64)
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
-from .model import OrtModel
+from .onnx_model import OrtModel
 
 PAST, PRESENT = "past_key_values.", "present."
 

@@ -19,11 +19,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .. import read
 from ..errors import Diagnostic, SpecError
+from ..io import read
 from .presets import find_preset, preset_names, resolve_source
-from .rules import RuleViolations
 from .schema import FAMILIES, SPEC_ADAPTER, SpecModel
+from .violation import RuleViolations
 from .yaml_source import Key, Loc, Located, parse, parse_scalar, read_text
 
 MAX_EXTENDS_DEPTH = 16

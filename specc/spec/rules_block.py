@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from .schema import EncoderDecoderSpec, _Transformer
+from .violation import Violation
 
 
 def block_violations(spec: _Transformer) -> Any:
-    from .rules import Violation  # rules imports this module
-
     a, n = spec.attention, spec.norm
     if a.qk_norm != "none" and n.type != "rmsnorm":
         yield Violation(

@@ -8,8 +8,9 @@ import difflib
 from typing import Any
 
 from . import kinds
-from .rules import Violation, _attention, _kind, _mlp, _position, _vit
+from .rules_fields import attention_rules, kind_name, mlp_rules, position_rules, vit_rules
 from .schema import EncoderDecoderSpec, ViTSpec, _Transformer
+from .violation import Violation
 
 SAME_EVERY_LAYER = ("heads", "kv_heads", "head_dim")  # the K/V cache layout and the projections' shapes
 
@@ -21,7 +22,7 @@ def layer_kinds(spec: _Transformer) -> Any:
     if isinstance(spec, EncoderDecoderSpec):
         yield Violation(
             ("layer_kinds",) if defined is not None else ("layer_pattern",),
-            f"layer kinds are not supported for kind {_kind(spec)}",
+            f"layer kinds are not supported for kind {kind_name(spec)}",
             "use them on a decoder, encoder or ViT",
         )
         return
@@ -89,7 +90,7 @@ def _kind_rules(spec: _Transformer, name: str) -> Any:
     eff = kinds.effective(spec, name)
     if eff is spec:
         return
-    rules = (_attention, _mlp, _position, *((_vit,) if isinstance(spec, ViTSpec) else ()))
+    rules = (attention_rules, mlp_rules, position_rules, *((vit_rules,) if isinstance(spec, ViTSpec) else ()))
     top = {(v.path, v.message) for rule in rules for v in rule(spec)}
     for rule in rules:
         for v in rule(eff):

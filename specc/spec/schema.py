@@ -2,13 +2,14 @@
 
 Shortcut forms (``bias: true``, ``position: rotary``, ``blocks: 6`` for both stacks, ``dropout: 0.1``) are
 normalised by before-validators so that every consumer sees one canonical shape. Cross-field rules live in
-``rules.py`` and run from each family's after-validator, so the Python API and the YAML loader enforce the
-same rules. The building blocks (limits, strict types, shortcuts) live in ``schema_base.py`` and positions in
-``schema_rope.py``; every name is importable from here.
+``rules*.py`` and run from each family's after-validator (``check.check``, installed with ``install_check``), so
+the Python API and the YAML loader enforce the same rules. The building blocks (limits, strict types,
+shortcuts) live in ``schema_base.py`` and positions in ``schema_rope.py``; every name is importable from here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
@@ -39,6 +40,16 @@ from .schema_base import (  # noqa: F401  (re-exported: the spec language's name
     _typed_shortcut,
 )
 from .schema_rope import Position, PositionField, RopeScaling  # noqa: F401  (re-exported)
+
+# The cross-field rules read the classes below, so this module cannot import them: check.py installs its entry
+# point here, and importing specc.spec (its __init__) imports check.py before any spec can be validated.
+_check: Callable[[Any], None] | None = None
+
+
+def install_check(check: Callable[[Any], None]) -> None:
+    global _check
+    _check = check
+
 
 # ---------------------------------------------------------------------------------------------- parts
 
@@ -250,9 +261,9 @@ class _Base(_Strict):
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> Any:
-        from .rules import check
-
-        check(self)
+        if _check is None:  # specc.spec's __init__ imports check.py, which installs it
+            raise RuntimeError("the cross-field rules are not installed: import specc.spec.check")
+        _check(self)
         return self
 
 

@@ -4,7 +4,7 @@ Only plain data is accepted: mappings, sequences and the standard scalars. Ancho
 (they are how "billion laughs" bombs are built, and specs have ``extends:`` for reuse), so are explicit tags
 such as ``!!python/object``, duplicate keys (PyYAML would silently keep the last), non-UTF-8 and binary bytes,
 and collections nested deeper than ``MAX_DEPTH`` (refused while the events stream in, before any recursion).
-Files are read through ``specc.read``: regular files only, at most ``MAX_BYTES``.
+Files are read through ``specc.io.read``: regular files only, at most ``MAX_BYTES``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from .. import read
 from ..errors import Diagnostic, SpecError
+from ..io import read
 
 Key = tuple[str | int, ...]
 MAX_BYTES = read.SPEC_BYTES  # a spec is a few hundred bytes; a megabyte is already absurd

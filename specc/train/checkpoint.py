@@ -30,11 +30,11 @@ from typing import Any, BinaryIO
 import torch
 from safetensors.torch import save_file
 
-from .. import __version__, read
 from ..errors import SpecError
 from ..interop import checkpoint as st
-from ..io import atomic_files
+from ..io import atomic_files, read
 from ..spec.serialize import SPEC_KEY, spec_json
+from ..version import __version__
 from .vocab import Vocab
 
 TRAIN_KEY = "specc.train"

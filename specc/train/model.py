@@ -60,7 +60,7 @@ def check_lengths(graph: LayerGraph, longest: dict[str | None, int]) -> None:
 
 
 def build(spec: Any, device: torch.device, weights: dict[str, torch.Tensor] | None = None) -> torch.nn.Module:
-    from .. import build_torch
+    from ..backends.torch.build import build_torch
 
     return build_torch(spec, weights=weights, device=device, dtype=torch.float32, accelerate=False)  # plain modules
 

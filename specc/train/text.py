@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from .. import read
 from ..errors import SpecError
+from ..io import read
 from .vocab import Vocab, char_vocab
 
 MAX_TEXT_BYTES = read.TEXT_BYTES

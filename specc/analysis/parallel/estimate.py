@@ -7,9 +7,9 @@ from typing import Any
 
 from ..devices import Device
 from . import comm as C
+from .device_memory import representatives, stage_memory
 from .layout import Layout, Training
 from .links import Interconnect
-from .memory import representatives, stage_memory
 from .profile import GraphProfile
 from .shard import BlockWeights, block_weights, param_shards, weights_per_stage
 from .timing import bubble, optimizer_seconds, rates, stage_time

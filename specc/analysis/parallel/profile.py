@@ -28,7 +28,7 @@ from typing import Any
 from ...ir.graph import LayerGraph, dims
 from ...spec.schema import DTYPE_BYTES
 from ..costs import Ctx, numel
-from ..evaluate import decode_ops, evaluate
+from ..op_costs import decode_ops, evaluate
 from .shard import tp_role
 from .stages import anchors, block_count, stage_of
 

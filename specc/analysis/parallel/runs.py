@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import Diagnostic, SpecError
-from ...read import read_bytes
+from ...io.read import read_bytes
 from ...spec.yaml_source import Loc, parse
 from .layout import RECOMPUTE, SCHEDULES, Layout, Training
 

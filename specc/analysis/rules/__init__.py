@@ -8,14 +8,14 @@ shapes, concrete output shape, ctx) → list[Flop] | Mem``; see ``specc.analysis
 
 from __future__ import annotations
 
-from . import attention, moe, per_token, recurrent, tokens
+from . import attention_core, experts, per_token, recurrent, tokens
 from .common import FlopRule, MemRule
 
 RULES: dict[str, tuple[FlopRule, MemRule]] = {
     **tokens.RULES,
     **per_token.RULES,
-    **attention.RULES,
-    **moe.RULES,
+    **attention_core.RULES,
+    **experts.RULES,
     **recurrent.RULES,
 }
 

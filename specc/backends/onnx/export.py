@@ -30,13 +30,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ... import __version__
 from ...errors import SpecError
 from ...io import output_target
 from ...ir.graph import LayerGraph
 from ...ir.lower import lower
 from ...spec.schema import DTYPE_BYTES
 from ...spec.serialize import SPEC_KEY, spec_json
+from ...version import __version__
 from . import graph_encdec
 from .builder import ExportOptions
 from .graph_transformer import build_transformer, validate
@@ -44,9 +44,8 @@ from .kv_cache import LAYOUT, buffer_metadata
 from .quantize import Quantization, quantize_model
 from .recipes import CHUNK_BYTES
 from .save import set_metadata
-from .sources import WeightSource
+from .sources import WeightSource, open_weights
 from .stream import write_models
-from .weights import export_weights
 
 STREAM_FIXED = 256 << 20  # above the interpreter: measured at most 0.4 GB of address space with the chunks
 
@@ -129,7 +128,7 @@ def export_onnx(
         output_target(step_path(path), inputs=_weight_inputs(weights))
     if split:
         output_target(graph_encdec.decoder_path(path), inputs=_weight_inputs(weights))
-    source = export_weights(spec, g, weights)  # headers checked; nothing read yet
+    source = open_weights(g, weights)  # headers checked; nothing read yet
     _check_memory(g, opts, quant, source)
     params = {name: tuple(p.shape) for name, p in g.params().items()}
     base = _metadata(spec, g, opts)

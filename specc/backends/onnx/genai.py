@@ -24,9 +24,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ... import read
 from ...errors import SpecError
-from ...io import atomic_write, output_target
+from ...io import atomic_write, output_target, read
 from ...ir.graph import LayerGraph
 from .builder import ExportOptions
 from .kv_cache import KVCache

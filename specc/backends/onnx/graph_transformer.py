@@ -8,9 +8,9 @@ from onnx import TensorProto
 
 from ...ir.graph import LayerGraph
 from .builder import ExportOptions, GraphBuilder, LazyModel, symbolic
+from .contrib import check_contrib
 from .emit import emit_ops
 from .kv_cache import KVCache
-from .ops_attention import check_contrib
 from .positions import add_input as add_position_ids
 from .positions import plan as plan_positions
 

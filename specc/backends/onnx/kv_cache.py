@@ -24,6 +24,7 @@ from onnx import helper
 from ...errors import SpecError
 from ...ir.graph import LayerGraph, Op
 from .builder import ExportOptions, GraphBuilder
+from .contrib import uses_gqa
 
 LAYOUT = "past_key_values.{i}.key|value -> present.{i}.key|value: [batch, kv_heads, past_sequence, head_dim]"
 SHARED = "shared"  # metadata specc.kv_buffer: past and present may be one max-length buffer (see above)
@@ -85,8 +86,6 @@ class KVCache:
 
 def buffer_metadata(g: LayerGraph, opts: ExportOptions) -> dict[str, str]:
     """``specc.kv_buffer``: ``shared`` when the KV-cache graph lets past and present be one buffer."""
-    from .ops_attention import uses_gqa  # ops_attention → positions → kv_cache
-
     if not opts.kv_cache or opts.attention != "contrib" or not opts.padding_mask:
         return {}
     if g.meta.get("positions_follow") != "attention_mask" or "input_ids" not in g.inputs:

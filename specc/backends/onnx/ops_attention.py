@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import SpecError
 from ...ir.graph import Op
 from ..torch.layers.rope import attention_factor
 from .builder import CONTRIB, GraphBuilder, symbolic
-from .emit import emits
+from .contrib import check_contrib, uses_gqa
 from .fuse import bias_add
 from .masks import additive, combined_keep
+from .op_registry import emits
 from .positions import position_ids, span
 from .tables import angles, rope_inv_freq, to_model_dtype
 
@@ -71,17 +71,6 @@ def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached:
         is_causal=1 if a["mask"] == "causal" else 0,
     )
     return y if isinstance(y, str) else y[0]
-
-
-def uses_gqa(op: Op, dtype: str) -> bool:
-    """GroupQueryAttention for causal self-attention when kv_heads < heads, and for every causal self-attention
-    of an fp32 graph: on the CPU EP its kernel is the faster one (bench/profile_onnx.py), and it reads the packed
-    projection without a Split. fp16 / bf16 graphs with kv_heads == heads keep MultiHeadAttention, which the
-    CUDA EP backs with its fused kernels in every dtype (its GroupQueryAttention has no fp32 kernel at all)."""
-    a = op.attrs
-    causal = not a["cross"] and a["mask"] in ("causal", "sliding_window", "chunked")
-    # its kernels need head_dim % 8 == 0; MultiHeadAttention takes any
-    return causal and (a["kv_heads"] < a["heads"] or (dtype == "fp32" and a["head_dim"] % 8 == 0))
 
 
 def _contrib(b: GraphBuilder, op: Op, xs: list[str], pad: str, cached: bool) -> str:
@@ -144,23 +133,6 @@ def _fold_projection_bias(b: GraphBuilder, op: Op, xs: list[str]) -> tuple[str, 
         b.nodes.remove(node)
     bias = b.concat_params([bias for _, _, bias in found], f"{op.name}.qkv_bias") if cross else found[0][2]
     return found[0][1], found[1][1] if cross else "", bias
-
-
-def check_contrib(op: Op, dtype: str = "fp32") -> None:
-    """What the contrib ops cannot express: GroupQueryAttention is always causal, MultiHeadAttention has no
-    softcap."""
-    a = op.attrs
-    if a.get("softcap") and not uses_gqa(op, dtype):
-        raise SpecError(
-            f"{op.name}: com.microsoft MultiHeadAttention has no softcap; this layer caps its scores at {a['softcap']}",
-            hint="export with --attention standard",
-        )
-    if a["kv_heads"] != a["heads"] and (a["cross"] or a["mask"] not in ("causal", "sliding_window", "chunked")):
-        raise SpecError(
-            f"{op.name}: com.microsoft GroupQueryAttention is always causal; this layer has kv_heads < heads "
-            f"with mask {'cross' if a['cross'] else a['mask']}",
-            hint="export with --attention standard",
-        )
 
 
 def rope(b: GraphBuilder, op: Op, x: str, heads: int, source: str) -> str:

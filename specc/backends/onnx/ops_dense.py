@@ -6,8 +6,8 @@ import numpy as np
 
 from ...ir.graph import Op
 from .builder import GraphBuilder
-from .emit import emits
 from .fuse import mark_residual, skip_norm
+from .op_registry import emits
 
 
 def weight_t(b: GraphBuilder, name: str, perm: tuple[int, ...] = (1, 0)) -> str:

@@ -6,7 +6,7 @@ import numpy as np
 
 from ...ir.graph import Op
 from .builder import GraphBuilder
-from .emit import emits
+from .op_registry import emits
 from .positions import position_ids
 from .tables import sinusoid_2d, sinusoid_rows
 

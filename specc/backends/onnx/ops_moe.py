@@ -22,7 +22,7 @@ from onnx import TensorProto
 
 from ...ir.graph import Op
 from .builder import GraphBuilder
-from .emit import emits
+from .op_registry import emits
 from .ops_dense import activation, weight_t
 
 MOE_FORMS = ("sparse", "dense")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import onnx
 
-from ... import __version__
+from ...version import __version__
 
 PROTO_LIMIT = 2_000_000_000  # protobuf's 2 GiB cap, with room for the graph itself
 

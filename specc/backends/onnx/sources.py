@@ -3,7 +3,7 @@
 - A safetensors file, a sharded index or a save_pretrained folder (specc names, a ``specc compile --target
   torch`` checkpoint, or a known Hugging Face family's names): the headers are checked up front (names, shapes,
   dtypes, tied tensors), then each parameter is a handle that reads only the rows asked for, by ``pread`` from
-  the checked regular file (``specc.read``; no memory map that a truncated file turns into SIGBUS), and refuses
+  the checked regular file (``specc.io.read``; no memory map that a truncated file turns into SIGBUS), and refuses
   NaN / infinite values as it reads them. A Hugging Face tensor maps to a parameter by the family's plan: copies,
   row slices, concatenations and stacks along axis 0 stay row by row; other transforms (transposes, regrouped
   rows, Marian's interleave) build that one parameter whole.
@@ -26,12 +26,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ... import read
 from ...errors import SpecError
 from ...interop import checkpoint, tensor_ops
 from ...interop import plan as plans
 from ...interop.checkpoint import TensorInfo
 from ...interop.names import hf_family
+from ...io import read
 from ...ir.graph import LayerGraph
 from .recipes import CHUNK_BYTES, Param
 

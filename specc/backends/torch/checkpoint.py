@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from ... import __version__
 from ...errors import SpecError
 from ...io import atomic_write
 from ...spec.serialize import SPEC_KEY, spec_json
+from ...version import __version__
 from .build import DTYPES, build_torch
 from .layers import Model
 

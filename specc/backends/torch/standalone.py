@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from ... import __version__
 from ...io import atomic_write
+from ...version import __version__
 from .build import as_graph
 from .checkpoint import _spec_model, compile_checkpoint
 from .codegen import model_source

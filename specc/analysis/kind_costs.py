@@ -8,7 +8,7 @@ from typing import Any
 
 from ..ir.graph import LayerGraph
 from . import fmt
-from .evaluate import OpCost, Totals
+from .op_costs import OpCost, Totals
 from .sections import Section
 
 
@@ -20,7 +20,7 @@ class KindCosts:
     attention: dict[str, Any]  # the mask (and window / chunk) of its self-attention
 
     def to_dict(self) -> dict[str, Any]:
-        from .serialize import totals_dict
+        from .report_json import totals_dict
 
         return {
             "layers": len(self.layers),

@@ -1,6 +1,6 @@
 """An exported specc model opened for inference: its session(s), the spec from the metadata, its I/O.
 
-The files go through ``specc.read`` (regular files only; the RNN decoder-step graph a model names must be a bare
+The files go through ``specc.io.read`` (regular files only; the RNN decoder-step graph a model names must be a bare
 file name beside it), and specc's metadata is checked before it is used: JSON objects with the types the
 exporter writes. A model without specc metadata (exported by other tools) runs with what its graph declares.
 """
@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import read
 from ..errors import SpecError
+from ..io import read
 from ..spec.serialize import SPEC_KEY
-from .session import open_session
+from .ort_session import open_session
 
 ROLES = ("model", "encoder", "decoder_step", "decoder")
 # facts of the lowered graph the runtime reads from ``specc.ir_meta``: each a positive whole number or null

@@ -1,16 +1,13 @@
-"""Cross-field rules. Each rule has its own message, the path of the key to blame and a hint.
-
-All violated rules are raised together as one ``RuleViolations`` (a ValueError, so pydantic keeps it as the
-``ctx["error"]`` of a ``value_error`` and the loader can map every path back to a file position).
+"""Cross-field rules of the top-level fields (attention, mlp, position, size) and of each model kind. Each rule has
+its own message, the path of the key to blame and a hint; ``check.py`` runs them with the block and layer-kind
+rules, and ``rules_kinds`` runs the field rules again on each layer kind's effective spec.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from . import resolve
-from .rules_block import block_violations
 from .schema import (
     MAX_WIDTH,
     DecoderSpec,
@@ -22,54 +19,13 @@ from .schema import (
     _TextModel,
     _Transformer,
 )
-
-Path = tuple[str | int, ...]
+from .violation import Violation
 
 # A spec whose weights alone pass this many parameters is a typo, not a model (GPT-3 is 1.75e11).
 MAX_PARAMS = 10**14
 
 
-@dataclass(frozen=True)
-class Violation:
-    path: Path
-    message: str
-    hint: str | None = None
-    # Other keys the rule involves: the loader blames the first of path + also that the user's own file sets
-    # (with ``extends:``, the offending value may come from the child while ``path`` lives in the parent).
-    also: tuple[Path, ...] = ()
-
-
-class RuleViolations(ValueError):
-    def __init__(self, violations: list[Violation]):
-        self.violations = violations
-        super().__init__("; ".join(v.message for v in violations))
-
-
-def check(spec: _Base) -> None:
-    found = list(violations(spec))
-    if found:
-        raise RuleViolations(found)
-
-
-def violations(spec: _Base) -> Any:
-    from .rules_kinds import layer_kinds  # it runs the rules below on each kind's effective spec
-
-    if isinstance(spec, _Transformer):
-        yield from _attention(spec)
-        yield from _mlp(spec)
-        yield from _position(spec)
-        yield from _size(spec)
-        yield from block_violations(spec)
-        yield from layer_kinds(spec)
-    if isinstance(spec, ViTSpec):
-        yield from _vit(spec)
-    if isinstance(spec, EncoderDecoderSpec):
-        yield from _encoder_decoder(spec)
-    if isinstance(spec, RNNSeq2SeqSpec):
-        yield from _rnn(spec)
-
-
-def _attention(spec: _Transformer) -> Any:
+def attention_rules(spec: _Transformer) -> Any:
     a = spec.attention
     mask = resolve.mask(spec)
     if a.head_dim is None and spec.d_model % a.heads:
@@ -115,7 +71,7 @@ def _attention(spec: _Transformer) -> Any:
             yield Violation(("attention", field), f"{field} {value} is longer than context {spec.context}", hint)
 
 
-def _mlp(spec: _Transformer) -> Any:
+def mlp_rules(spec: _Transformer) -> Any:
     m = spec.mlp
     if isinstance(m, MoEMLP) and m.active > m.experts:
         yield Violation(
@@ -126,7 +82,7 @@ def _mlp(spec: _Transformer) -> Any:
         )
 
 
-def _position(spec: _Transformer) -> Any:
+def position_rules(spec: _Transformer) -> Any:
     p = spec.position
     hd = resolve.head_dim(spec)
     if p.type == "rotary":
@@ -138,12 +94,12 @@ def _position(spec: _Transformer) -> Any:
                 f"{hd * p.fraction:g}",
                 "choose head_dim (d_model / heads) and fraction so that their product is an even integer",
             )
-    yield from _rope(spec)
+    yield from rope_rules(spec)
     is_vit = isinstance(spec, ViTSpec)
     if p.type in ("learned_2d", "sinusoidal_2d") and not is_vit:
         yield Violation(
             ("position", "type"),
-            f"position {p.type} is for ViT patch grids, not for kind {_kind(spec)}",
+            f"position {p.type} is for ViT patch grids, not for kind {kind_name(spec)}",
             "use learned, sinusoidal, rotary or none",
         )
     if p.type == "sinusoidal_2d" and is_vit and spec.d_model % 4:
@@ -168,7 +124,7 @@ SCALING_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def _rope(spec: _Transformer) -> Any:
+def rope_rules(spec: _Transformer) -> Any:
     p = spec.position
     if p.type != "rotary":
         for key, value, default in (("rotation", p.rotation, "half"), ("scaling", p.scaling, None)):
@@ -217,7 +173,7 @@ def _rope(spec: _Transformer) -> Any:
         )
 
 
-def _size(spec: _Transformer) -> Any:
+def size_rules(spec: _Transformer) -> Any:
     hd = resolve.head_dim(spec)
     if spec.attention.heads * hd > MAX_WIDTH:
         yield Violation(("attention", "head_dim"), f"heads × head_dim = {spec.attention.heads * hd} is absurdly wide")
@@ -234,7 +190,7 @@ def _size(spec: _Transformer) -> Any:
         )
 
 
-def _vit(spec: ViTSpec) -> Any:
+def vit_rules(spec: ViTSpec) -> Any:
     im = spec.image
     if im.patch > im.size:
         yield Violation(("image", "patch"), f"patch {im.patch} is larger than image {im.size}")
@@ -263,7 +219,7 @@ def _vit(spec: ViTSpec) -> Any:
         )
 
 
-def _encoder_decoder(spec: EncoderDecoderSpec) -> Any:
+def encoder_decoder_rules(spec: EncoderDecoderSpec) -> Any:
     if spec.shared_embeddings and spec.target_vocab_size not in (None, spec.vocab_size):
         yield Violation(
             ("target_vocab_size",),
@@ -279,7 +235,7 @@ def _encoder_decoder(spec: EncoderDecoderSpec) -> Any:
         )
 
 
-def _rnn(spec: RNNSeq2SeqSpec) -> Any:
+def rnn_rules(spec: RNNSeq2SeqSpec) -> Any:
     r = spec.rnn
     if r.attention == "luong_dot" and r.bidirectional:
         yield Violation(
@@ -289,5 +245,5 @@ def _rnn(spec: RNNSeq2SeqSpec) -> Any:
         )
 
 
-def _kind(spec: _Base) -> str:
+def kind_name(spec: _Base) -> str:
     return getattr(spec, "kind", type(spec).__name__)

@@ -7,10 +7,10 @@ from typing import Any
 from .. import fmt
 from ..sections import Section
 from .comm import COLLECTIVES
+from .device_memory import ITEMS
 from .estimate import LayoutCost
 from .layout import Layout
-from .memory import ITEMS
-from .plan import PlanResult, plan_dict
+from .search import PlanResult, plan_dict
 
 SCHEMA_VERSION = 1
 MEMORY_NOTES = {

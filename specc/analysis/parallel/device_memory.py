@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..memory import ADAM_STATES
+from ..model_memory import ADAM_STATES
 from .layout import Layout, Training
 from .profile import GraphProfile
 

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .errors import Diagnostic, SpecError
-from .io import note_input
+from ..errors import Diagnostic, SpecError
+from .targets import note_input
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from . import constants as C
 from . import fmt
 from .crossover import QUADRATIC
-from .evaluate import Totals
-from .kinds import kinds_section
+from .kind_costs import kinds_section
+from .op_costs import Totals
 from .report import Report
 from .sections import Section
 

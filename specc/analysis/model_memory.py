@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..ir.graph import LayerGraph, dims
-from .evaluate import OpCost
+from .op_costs import OpCost
 
 ADAM_STATES = {2: 12, 4: 8}  # bytes/param: fp32 master + m + v in mixed precision; m + v in fp32
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import constants as C
-from .evaluate import Totals
+from .op_costs import Totals
 
 SCHEMA_VERSION = 1
 

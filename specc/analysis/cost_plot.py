@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..io import atomic_write, image_format
+from .report_views import quadratic
 from .sweep import Sweep
-from .views import quadratic
 
 
 def _figure(title: str):  # -> (figure, (flops axis, memory axis))

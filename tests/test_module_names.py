@@ -1,0 +1,57 @@
+"""One module name per role: no two modules (or packages) of ``specc`` share a name, so a name says which job a
+file does without its folder (``checkpoint.py`` four times over said nothing)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "specc"
+
+# Names still shared by files that other branches edit now; rename them after merging, then delete the entry
+# (the strict xfail below fails as soon as a name is unique, so the list cannot go stale).
+KNOWN_SHARED: dict[str, frozenset[str]] = {
+    "attention": frozenset({"specc/train/attention.py", "specc/backends/torch/layers/attention.py"}),
+    "checkpoint": frozenset(
+        {
+            "specc/backends/torch/checkpoint.py",
+            "specc/interop/checkpoint.py",
+            "specc/parallel/checkpoint.py",
+            "specc/train/checkpoint.py",
+        }
+    ),
+    "model": frozenset({"specc/train/model.py", "specc/backends/torch/layers/model.py"}),
+    "parallel": frozenset({"specc/parallel", "specc/analysis/parallel"}),
+    "plan": frozenset({"specc/interop/plan.py", "specc/parallel/plan.py"}),
+    "rope": frozenset({"specc/interop/rope.py", "specc/backends/torch/layers/rope.py"}),
+}
+
+
+def _names() -> dict[str, set[str]]:
+    """Each module or package name and where it is (a package by its folder)."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        where = path.parent if path.name == "__init__.py" else path
+        if where != PACKAGE:
+            found[where.stem].add(str(where.relative_to(ROOT)))
+    return found
+
+
+def test_no_two_modules_share_a_name() -> None:
+    shared = {
+        name: sorted(paths)
+        for name, paths in _names().items()
+        if len(paths) > 1 and frozenset(paths) != KNOWN_SHARED.get(name)
+    }
+    assert not shared, "modules that share a name (name each by its role):\n" + "\n".join(
+        f"  {name}: {', '.join(paths)}" for name, paths in sorted(shared.items())
+    )
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_SHARED))
+@pytest.mark.xfail(strict=True, reason="a name other branches' files still share (see KNOWN_SHARED)")
+def test_known_shared_name_is_gone(name: str) -> None:
+    assert len(_names()[name]) < 2
