@@ -14,7 +14,7 @@ from typing import Any
 import networkx as nx
 
 from .attrs import OpAttrs
-from .ops import CATALOGUE, Dim, ParamSpec, Shape
+from .ops import CATALOGUE, Dim, EmbeddingAttrs, LinearAttrs, ParamSpec, Shape
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,11 @@ class Op:
     category: str  # cost category (qkv_proj, qk, mlp, ...), see analysis
     layer: int | None = None  # block index within its stack
     stack: str | None = None  # "encoder" | "decoder" | None
+
+    @property
+    def tied_to(self) -> str | None:
+        """The parameter this op uses as its weight (``embed.weight``) when tied; None for every other op."""
+        return self.attrs.tied_to if isinstance(self.attrs, LinearAttrs | EmbeddingAttrs) else None
 
     def param_names(self) -> dict[str, str]:
         return {local: f"{self.name}.{local}" for local in self.params}
