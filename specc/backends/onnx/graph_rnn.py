@@ -52,33 +52,33 @@ def _encoder(g: LayerGraph, dec: Op, params: Mapping[str, tuple[int, ...]], opts
     rnn = next(op for op in enc_ops if op.kind == "rnn")
     states = b.values[rnn.name]
     final = b.memo[("rnn_final", rnn.name)]  # [dirs, B, H]
-    h_final = b.op("Reshape", [b.op("Transpose", [final], perm=[1, 0, 2]), b.i64(0, a["enc_dim"])], scope="h_final")
+    h_final = b.op("Reshape", [b.op("Transpose", [final], perm=[1, 0, 2]), b.i64(0, a.enc_dim)], scope="h_final")
     init = b.op("Tanh", [_linear(b, h_final, f"{dec.name}.bridge")], scope=dec.name)  # [B, H]
-    layers = b.op("Concat", [b.i64(a["layers"]), b.dim(init, 0), b.i64(a["hidden"])], scope=dec.name, axis=0)
+    layers = b.op("Concat", [b.i64(a.layers), b.dim(init, 0), b.i64(a.hidden)], scope=dec.name, axis=0)
     state = b.op("Expand", [b.op("Unsqueeze", [init, b.i64(0)], scope=dec.name), layers], scope=dec.name)
-    b.add_output("encoder_hidden_states", states, b.ftype, ["batch", "sequence", a["enc_dim"]])
-    b.add_output("state", state, b.ftype, [a["layers"], "batch", a["hidden"]])
-    if a["cell"] == "lstm":
+    b.add_output("encoder_hidden_states", states, b.ftype, ["batch", "sequence", a.enc_dim])
+    b.add_output("state", state, b.ftype, [a.layers, "batch", a.hidden])
+    if a.cell == "lstm":
         zeros = b.op("Mul", [state, b.const(0.0, "zero")], scope=dec.name)
-        b.add_output("cell_state", zeros, b.ftype, [a["layers"], "batch", a["hidden"]])
-    if a["attention"] == "none":
-        b.add_output("context", h_final, b.ftype, ["batch", a["enc_dim"]])
+        b.add_output("cell_state", zeros, b.ftype, [a.layers, "batch", a.hidden])
+    if a.attention == "none":
+        b.add_output("context", h_final, b.ftype, ["batch", a.enc_dim])
     return b.lazy(doc=f"specc rnn_seq2seq {g.meta.get('name')}: encoder")
 
 
 def _step(g: LayerGraph, dec: Op, params: Mapping[str, tuple[int, ...]], opts: ExportOptions) -> LazyModel:
     a = dec.attrs
-    cell, hidden, n_layers, att = a["cell"], a["hidden"], a["layers"], a["attention"]
+    cell, hidden, n_layers, att = a.cell, a.hidden, a.layers, a.attention
     b = GraphBuilder(f"{g.meta.get('name', 'model')}_decoder_step", opts, params)
     b.values["decoder_input_ids"] = b.add_input("decoder_input_ids", INT64, ["batch", 1])
     state = b.add_input("state", b.ftype, [n_layers, "batch", hidden])
     cstate = b.add_input("cell_state", b.ftype, [n_layers, "batch", hidden]) if cell == "lstm" else ""
     if att == "none":
         enc = mask = ""
-        context = b.add_input("context", b.ftype, ["batch", a["enc_dim"]])
+        context = b.add_input("context", b.ftype, ["batch", a.enc_dim])
     else:
         context = ""
-        enc = b.add_input("encoder_hidden_states", b.ftype, ["batch", "sequence", a["enc_dim"]])
+        enc = b.add_input("encoder_hidden_states", b.ftype, ["batch", "sequence", a.enc_dim])
         mask = b.add_input("attention_mask", INT64, ["batch", "sequence"]) if opts.padding_mask else ""
 
     b.memo["rnn_step"] = {"state": state, "cell_state": cstate, "context": context}
@@ -103,11 +103,11 @@ def make_rnn_decoder(b: GraphBuilder, dec: Op, xs: list[str]) -> str:
     step = b.memo.get("rnn_step")
     if step is None:
         raise NotImplementedError(f"{dec.name}: rnn_decoder exports as one step (the decoder_step graph)")
-    att = dec.attrs["attention"]
+    att = dec.attrs.attention
     state, cstate, context = step["state"], step["cell_state"], step["context"]
     enc, mask = xs[1], xs[2] if len(xs) > 2 else ""
     y = b.op("Squeeze", [xs[0], b.i64(1)], scope=dec.name)  # [B, emb]
-    top = b.op("Gather", [state, b.scalar_i64(dec.attrs["layers"] - 1)], scope=dec.name, axis=0)  # s_{t-1}, top layer
+    top = b.op("Gather", [state, b.scalar_i64(dec.attrs.layers - 1)], scope=dec.name, axis=0)  # s_{t-1}, top layer
     weights_out = ""
     if att == "bahdanau":
         context, weights_out = _attend(b, dec, top, enc, mask)
@@ -124,10 +124,10 @@ def make_rnn_decoder(b: GraphBuilder, dec: Op, xs: list[str]) -> str:
 def _cell(b: GraphBuilder, dec: Op, x: str, state: str, cstate: str) -> tuple[str, str, str]:
     """One time step through every layer: returns (top output, new h [L, B, H], new c [L, B, H] or "")."""
     a = dec.attrs
-    cell, hidden = a["cell"], a["hidden"]
+    cell, hidden = a.cell, a.hidden
     inp = b.op("Unsqueeze", [x, b.i64(0)], scope=dec.name)  # [1, B, in]
     hs, cs = [], []
-    for k in range(a["layers"]):
+    for k in range(a.layers):
         h0 = b.op("Slice", [state, b.i64(k), b.i64(k + 1), b.i64(0)], scope=dec.name)  # [1, B, H]
         c0 = b.op("Slice", [cstate, b.i64(k), b.i64(k + 1), b.i64(0)], scope=dec.name) if cstate else ""
         outs = rnn_layer(b, dec.name, cell, k, 1, hidden, inp, "", h0, c0)
@@ -145,13 +145,13 @@ def _attend(b: GraphBuilder, dec: Op, query: str, enc: str, mask: str) -> tuple[
     """Attention over encoder states for query [B, H]: (context [B, E], weights [B, 1, N])."""
     a = dec.attrs
     p = dec.name
-    if a["attention"] == "bahdanau":  # e_i = vᵀ tanh(W s + U h_i + b)
+    if a.attention == "bahdanau":  # e_i = vᵀ tanh(W s + U h_i + b)
         keys = _linear(b, enc, f"{p}.attn_key")  # [B, N, A]
         q = b.op("Unsqueeze", [_linear(b, query, f"{p}.attn_query", bias=False), b.i64(1)], scope=p)  # [B, 1, A]
         e = _linear(b, b.op("Tanh", [b.op("Add", [keys, q], scope=p)], scope=p), f"{p}.attn_v", bias=False)
         scores = b.op("Transpose", [e], scope=p, perm=[0, 2, 1])  # [B, 1, N]
     else:  # Luong: s · h_i (dot) or s · W h_i (general)
-        keys = _linear(b, enc, f"{p}.attn_general", bias=False) if a["attention"] == "luong_general" else enc
+        keys = _linear(b, enc, f"{p}.attn_general", bias=False) if a.attention == "luong_general" else enc
         q = b.op("Unsqueeze", [query, b.i64(1)], scope=p)  # [B, 1, H]
         scores = b.op("MatMul", [q, b.op("Transpose", [keys], scope=p, perm=[0, 2, 1])], scope=p)  # [B, 1, N]
     if mask:

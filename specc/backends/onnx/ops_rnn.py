@@ -80,8 +80,8 @@ def sequence_lengths(b: GraphBuilder, mask: str) -> str:
 @emits("rnn")
 def make_rnn(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     a = op.attrs
-    cell, hidden, layers = a["cell"], a["hidden"], a["layers"]
-    dirs = 2 if a["bidirectional"] else 1
+    cell, hidden, layers = a.cell, a.hidden, a.layers
+    dirs = 2 if a.bidirectional else 1
     lens = sequence_lengths(b, xs[1]) if len(xs) > 1 and xs[1] else ""
     x = b.op("Transpose", [xs[0]], scope=op.name, perm=[1, 0, 2])  # [N, B, in]
     finals = []
