@@ -39,6 +39,15 @@ def test_one_class_per_kind_each_frozen() -> None:
         a.heads = 3  # type: ignore[misc]
 
 
+def test_attrs_compare_and_hash_by_value_dict_fields_included() -> None:
+    one = AttentionAttrs(heads=2, kv_heads=1, head_dim=4, rope_scaling={"type": "linear", "factor": 2.0})
+    two = AttentionAttrs(heads=2, kv_heads=1, head_dim=4, rope_scaling={"factor": 2.0, "type": "linear"})
+    other = dataclasses.replace(one, rope_scaling={"type": "linear", "factor": 4.0})
+    assert one == two and hash(one) == hash(two) and len({one, two, other}) == 2
+    with pytest.raises(OpAttrsError, match="'heads'"):
+        dataclasses.replace(one, heads=2.5)  # replace() checks types too
+
+
 def _graph() -> LayerGraph:
     g = LayerGraph()
     g.add_input("input_ids", ("B", "N"), "int64")

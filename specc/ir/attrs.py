@@ -13,15 +13,37 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
-from typing import Any, ClassVar, Literal, Self, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 _OMIT = "omit_none"
+_T = TypeVar("_T", bound=type)
+_A = TypeVar("_A", bound="OpAttrs")
 
 
 class OpAttrsError(TypeError):
     """An op's attributes do not match its kind's declaration (a compiler-internal error)."""
+
+
+def attrs_dataclass(cls: _T) -> _T:
+    """Declare an op kind's attributes: a frozen keyword-only dataclass (fields in any order, defaults or not),
+    hashable even where a field holds a dict (``rope_scaling``)."""
+    out = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+    out.__hash__ = _hash  # type: ignore[assignment]
+    return out
+
+
+def _hash(self: OpAttrs) -> int:
+    return hash((type(self), _freeze(tuple(self.to_dict().items()))))
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple((k, _freeze(v)) for k, v in sorted(value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
 
 
 def optional(default: Any = None) -> Any:
@@ -36,23 +58,22 @@ class OpAttrs:
     kind: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
-        for name, hint in _hints(type(self)).items():
+        for name, hint, check in _checks(type(self)):
             value = getattr(self, name)
-            if not _conforms(value, hint):
+            if not check(value):
                 raise OpAttrsError(
                     f"{self.kind} attribute {name!r}: {value!r} ({type(value).__name__}) is not {_show(hint)}"
                 )
 
     @classmethod
-    def build(cls, op: str, values: dict[str, Any]) -> Self:
+    def build(cls: type[_A], op: str, values: dict[str, Any]) -> _A:
         """The attributes of op ``op`` from keyword values, every problem reported with the op and field."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
+        names = _names(cls)
+        if not names.issuperset(values):
+            unknown = sorted(set(values) - names)[0]
             fields = ", ".join(sorted(names))
-            raise OpAttrsError(f"op {op} ({cls.kind}): unknown attribute {unknown[0]!r}; fields: {fields}")
-        required = [f.name for f in dataclasses.fields(cls) if _required(f)]
-        missing = [n for n in required if n not in values]
+            raise OpAttrsError(f"op {op} ({cls.kind}): unknown attribute {unknown!r}; fields: {fields}")
+        missing = [n for n in _required_names(cls) if n not in values]
         if missing:
             raise OpAttrsError(f"op {op} ({cls.kind}): missing attribute {missing[0]!r}")
         try:
@@ -114,28 +135,56 @@ def _names(cls: type[OpAttrs]) -> frozenset[str]:
 
 
 @cache
-def _hints(cls: type[OpAttrs]) -> dict[str, Any]:
+def _required_names(cls: type[OpAttrs]) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if _required(f))
+
+
+@cache
+def _checks(cls: type[OpAttrs]) -> tuple[tuple[str, Any, Callable[[Any], bool]], ...]:
+    """(field, type, predicate) per field, the predicates built once per class (lowering makes many ops)."""
     hints = get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return tuple((f.name, hints[f.name], _predicate(hints[f.name])) for f in dataclasses.fields(cls))
 
 
-def _conforms(value: Any, hint: Any) -> bool:
-    if hint is Any:
-        return True
+def _predicate(hint: Any) -> Callable[[Any], bool]:
+    exact = _exact_types(hint)
+    slow = _slow_predicate(hint)
+    return lambda v: type(v) in exact or slow(v)  # the exact-type test answers nearly every value at once
+
+
+def _exact_types(hint: Any) -> frozenset[type]:
+    """Types whose every value conforms to ``hint`` (bool is no int or float here)."""
     origin = get_origin(hint)
     if origin is Union or origin is types.UnionType:
-        return any(_conforms(value, h) for h in get_args(hint))
+        return frozenset().union(*(_exact_types(h) for h in get_args(hint)))
+    if hint is float:
+        return frozenset({int, float})
+    if hint in (int, bool, str, type(None)):
+        return frozenset({hint})
+    if origin in (dict, tuple, list):
+        return frozenset({origin})
+    return frozenset()
+
+
+def _slow_predicate(hint: Any) -> Callable[[Any], bool]:
+    if hint is Any:
+        return lambda v: True
+    origin = get_origin(hint)
+    if origin is Union or origin is types.UnionType:
+        arms = tuple(_slow_predicate(h) for h in get_args(hint))
+        return lambda v: any(arm(v) for arm in arms)
     if origin is Literal:
-        return value in get_args(hint)
+        allowed = get_args(hint)
+        return lambda v: v in allowed
     if origin is not None:  # dict[str, Any], tuple[int, ...]: the container type only
-        return isinstance(value, origin)
+        return lambda v: isinstance(v, origin)
     if hint is type(None):
-        return value is None
+        return lambda v: v is None
     if hint is float:  # an int is a float here (PEP 484's numeric tower), a bool is not
-        return isinstance(value, int | float) and not isinstance(value, bool)
+        return lambda v: isinstance(v, int | float) and not isinstance(v, bool)
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
+        return lambda v: isinstance(v, int) and not isinstance(v, bool)
+    return lambda v: isinstance(v, hint)
 
 
 def _show(hint: Any) -> str:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .attrs import OpAttrs, optional
+from .attrs import OpAttrs, attrs_dataclass, optional
 
 Dim = int | str
 Shape = tuple[Dim, ...]
@@ -83,14 +83,10 @@ def _bias(bias: bool, shape: tuple[int, ...]) -> dict[str, ParamSpec]:
     return {"bias": ParamSpec(shape, "zeros")} if bias else {}
 
 
-def _frozen(cls: type) -> type:
-    return dataclass(frozen=True, kw_only=True)(cls)
-
-
 # -------------------------------------------------------------------------------------------- embeddings
 
 
-@_frozen
+@attrs_dataclass
 class EmbeddingAttrs(OpAttrs):
     vocab: int
     dim: int
@@ -107,7 +103,7 @@ _op(
 )
 
 
-@_frozen
+@attrs_dataclass
 class TypeEmbeddingAttrs(OpAttrs):
     vocab: int
     dim: int
@@ -122,7 +118,7 @@ _op(
 )
 
 
-@_frozen
+@attrs_dataclass
 class LearnedPosAttrs(OpAttrs):
     positions: int
     dim: int
@@ -137,7 +133,7 @@ _op(
 )
 
 
-@_frozen
+@attrs_dataclass
 class SinusoidalPosAttrs(OpAttrs):
     dim: int
 
@@ -145,7 +141,7 @@ class SinusoidalPosAttrs(OpAttrs):
 _op("sinusoidal_pos", "x + sin/cos table (Vaswani 2017), no parameters", SinusoidalPosAttrs, _same)
 
 
-@_frozen
+@attrs_dataclass
 class LearnedPos2dAttrs(OpAttrs):
     grid: int
     dim: int
@@ -165,7 +161,7 @@ _op(
 )
 
 
-@_frozen
+@attrs_dataclass
 class SinusoidalPos2dAttrs(OpAttrs):
     grid: int
     dim: int
@@ -180,7 +176,7 @@ _op(
 )
 
 
-@_frozen
+@attrs_dataclass
 class PatchEmbedAttrs(OpAttrs):
     channels: int
     patch: int
@@ -198,7 +194,7 @@ _op(
 )
 
 
-@_frozen
+@attrs_dataclass
 class ClsTokenAttrs(OpAttrs):
     dim: int
 
@@ -214,7 +210,7 @@ _op(
 # -------------------------------------------------------------------------------------------- per token
 
 
-@_frozen
+@attrs_dataclass
 class LayerNormAttrs(OpAttrs):
     dim: int
     eps: float = 1e-5
@@ -230,7 +226,7 @@ _op(
 )
 
 
-@_frozen
+@attrs_dataclass
 class RMSNormAttrs(OpAttrs):
     dim: int
     eps: float = 1e-5
@@ -247,7 +243,7 @@ _op(
 )
 
 
-@_frozen
+@attrs_dataclass
 class SliceRMSNormAttrs(OpAttrs):
     dim: int  # group width: head_dim (per head) or width (the whole slice)
     start: int
@@ -266,7 +262,7 @@ _op(
 )
 
 
-@_frozen
+@attrs_dataclass
 class LinearAttrs(OpAttrs):
     in_features: int
     out_features: int
@@ -287,7 +283,7 @@ _op(
 )
 
 
-@_frozen
+@attrs_dataclass
 class ActivationAttrs(OpAttrs):
     fn: Activation
 
@@ -295,7 +291,7 @@ class ActivationAttrs(OpAttrs):
 _op("activation", "elementwise fn: relu | gelu | gelu_tanh | silu | tanh", ActivationAttrs, _same)
 
 
-@_frozen
+@attrs_dataclass
 class GluAttrs(OpAttrs):
     fn: Activation
 
@@ -303,7 +299,7 @@ class GluAttrs(OpAttrs):
 _op("glu", "fn(gate) * up; inputs [gate, up]", GluAttrs, _same)
 
 
-@_frozen
+@attrs_dataclass
 class AddAttrs(OpAttrs):
     dropout: float = 0.0  # on the branch, in training
 
@@ -311,7 +307,7 @@ class AddAttrs(OpAttrs):
 _op("add", "residual: inputs [x, branch] → x + dropout(branch)", AddAttrs, _same)
 
 
-@_frozen
+@attrs_dataclass
 class ScaleAttrs(OpAttrs):
     factor: float
 
@@ -319,7 +315,7 @@ class ScaleAttrs(OpAttrs):
 _op("scale", "x · factor", ScaleAttrs, _same)
 
 
-@_frozen
+@attrs_dataclass
 class SoftcapAttrs(OpAttrs):
     cap: float
 
@@ -327,7 +323,7 @@ class SoftcapAttrs(OpAttrs):
 _op("softcap", "cap · tanh(x / cap)", SoftcapAttrs, _same)
 
 
-@_frozen
+@attrs_dataclass
 class SigmoidGateAttrs(OpAttrs):
     pass
 
@@ -335,7 +331,7 @@ class SigmoidGateAttrs(OpAttrs):
 _op("sigmoid_gate", "sigmoid(gate) · x; inputs [x, gate [..., 1]] (a gated shared expert)", SigmoidGateAttrs, _same)
 
 
-@_frozen
+@attrs_dataclass
 class DropoutAttrs(OpAttrs):
     p: float
 
@@ -343,7 +339,7 @@ class DropoutAttrs(OpAttrs):
 _op("dropout", "dropout(x, p) in training, identity in inference", DropoutAttrs, _same)
 
 
-@_frozen
+@attrs_dataclass
 class PoolAttrs(OpAttrs):
     mode: Literal["mean", "cls"]
 
@@ -358,7 +354,7 @@ _op(
 # -------------------------------------------------------------------------------------------- attention
 
 
-@_frozen
+@attrs_dataclass
 class AttentionAttrs(OpAttrs):
     """The defaults are the torch layers' constructor defaults (SelfAttention, Rotary), which the codegen
     leaves out of the source it writes; a test holds them equal."""
@@ -394,7 +390,7 @@ _op(
 )
 
 
-@_frozen
+@attrs_dataclass
 class MoEAttrs(OpAttrs):
     """The defaults are the torch ``MoE`` layer's constructor defaults."""
 
@@ -462,7 +458,7 @@ def rnn_param_specs(cell: str, input_size: int, hidden: int, layers: int, direct
 Cell = Literal["gru", "lstm", "rnn"]
 
 
-@_frozen
+@attrs_dataclass
 class RNNAttrs(OpAttrs):
     cell: Cell
     input_size: int
@@ -480,7 +476,7 @@ _op(
 )
 
 
-@_frozen
+@attrs_dataclass
 class RNNDecoderAttrs(OpAttrs):
     """The defaults are the torch ``RNNDecoder`` layer's constructor defaults."""
 
