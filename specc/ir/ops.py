@@ -1,4 +1,6 @@
-"""The op catalogue: for each op kind, its shape rule and parameter rule, written once.
+"""The op catalogue: for each op kind, its attributes (a frozen dataclass: field types and defaults), its shape
+rule and its parameter rule, written once. An op's ``attrs`` is an instance of its kind's class, checked when
+the graph is built (``specc.ir.attrs``).
 
 The other tables keyed by op kind live with their users and never write here: the FLOP and memory rules
 (``specc.analysis.rules.RULES``), the torch layers and the ONNX emitters (``specc.backends.*``); one test
@@ -36,7 +38,6 @@ from .attrs import OpAttrs, attrs_dataclass, optional
 
 Dim = int | str
 Shape = tuple[Dim, ...]
-Attrs = OpAttrs
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "tanh"]
 Init = Literal["normal", "residual"]
 
