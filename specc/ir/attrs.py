@@ -25,6 +25,10 @@ _A = TypeVar("_A", bound="OpAttrs")
 class OpAttrsError(TypeError):
     """An op's attributes do not match its kind's declaration (a compiler-internal error)."""
 
+    def __init__(self, message: str, detail: str | None = None):
+        super().__init__(message)
+        self.detail = detail or message  # the problem without the op's name
+
 
 def attrs_dataclass(cls: _T) -> _T:
     """Declare an op kind's attributes: a frozen keyword-only dataclass (fields in any order, defaults or not),
@@ -61,9 +65,8 @@ class OpAttrs:
         for name, hint, check in _checks(type(self)):
             value = getattr(self, name)
             if not check(value):
-                raise OpAttrsError(
-                    f"{self.kind} attribute {name!r}: {value!r} ({type(value).__name__}) is not {_show(hint)}"
-                )
+                detail = f"attribute {name!r}: {value!r} ({type(value).__name__}) is not {_show(hint)}"
+                raise OpAttrsError(f"{self.kind} {detail}", detail)
 
     @classmethod
     def build(cls: type[_A], op: str, values: dict[str, Any]) -> _A:
@@ -79,7 +82,7 @@ class OpAttrs:
         try:
             return cls(**values)
         except OpAttrsError as e:
-            raise OpAttrsError(f"op {op} ({e})") from None
+            raise OpAttrsError(f"op {op} ({cls.kind}): {e.detail}", e.detail) from None
 
     def to_dict(self) -> dict[str, Any]:
         out = {}
@@ -188,4 +191,4 @@ def _slow_predicate(hint: Any) -> Callable[[Any], bool]:
 
 
 def _show(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
