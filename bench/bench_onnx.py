@@ -160,9 +160,9 @@ def model_matmul_flops(graph, batch: int, seq: int) -> float:
     total = 0.0
     for op in graph.ops():
         if op.kind == "linear":
-            total += 2.0 * op.attrs["in_features"] * op.attrs["out_features"] * batch * seq
+            total += 2.0 * op.attrs.in_features * op.attrs.out_features * batch * seq
         elif op.kind == "attention":
-            total += 4.0 * batch * op.attrs["heads"] * seq * seq * op.attrs["head_dim"]
+            total += 4.0 * batch * op.attrs.heads * seq * seq * op.attrs.head_dim
     return total
 
 

@@ -95,7 +95,7 @@ def _decode_linears(model: torch.nn.Module) -> list[Callable[[], object]]:
             x = torch.ones(1, 1, module.in_features)
             calls.append(lambda m=module, x=x: m(x))
         elif type(module).__name__ == "TiedLinear" and graph is not None:
-            tied = graph.op(name).attrs["tied_to"]
+            tied = graph.op(name).tied_to
             weight = model.get_parameter(tied)
             x = torch.ones(1, 1, weight.shape[1])
             calls.append(lambda m=module, x=x, w=weight: m(x, w))

@@ -54,7 +54,7 @@ def _gpt2() -> Any:
 
 
 def _ids(model: Any, n: int, seed: int = 1) -> torch.Tensor:
-    vocab = model.graph.op("embed").attrs["vocab"]
+    vocab = model.graph.op("embed").attrs.vocab
     return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(seed))
 
 
@@ -213,7 +213,7 @@ def test_moved_weights_are_planned_again(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_positions_past_the_table_are_not_native() -> None:
     model = _gpt2()
     native, ids = decode_native.stepper(model), _ids(model, 4)
-    positions = model.graph.op("pos").attrs["positions"]
+    positions = model.graph.op("pos").attrs.positions
     cache = model.start({}, positions + 4)
     with torch.no_grad():
         Model.step(model, cache, ids)

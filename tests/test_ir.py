@@ -74,7 +74,7 @@ def test_graph_invariants(preset: str) -> None:
         for full in op.param_names().values():
             assert full not in owners
             owners[full] = op.name
-        tied = op.attrs.get("tied_to")
+        tied = op.tied_to
         if tied:
             assert tied in owners, (op.name, tied)
             assert "weight" not in op.params
@@ -113,8 +113,8 @@ def test_gpt3_lowers_without_tensors() -> None:
 
 def test_tied_head_and_shared_embeddings() -> None:
     g = lower(load_spec("transformer-base"))
-    assert g.op("decoder.embed").attrs["tied_to"] == "encoder.embed.weight"
-    assert g.op("lm_head").attrs["tied_to"] == "encoder.embed.weight"
+    assert g.op("decoder.embed").attrs.tied_to == "encoder.embed.weight"
+    assert g.op("lm_head").attrs.tied_to == "encoder.embed.weight"
     g = lower(load_spec("llama2-7b"))
     assert "weight" in g.op("lm_head").params
 
@@ -133,7 +133,7 @@ def test_gqa_packed_qkv_width() -> None:
     qkv = g.op("blocks.0.attn.qkv")
     assert qkv.params["weight"].shape == ((32 + 2 * 8) * 128, 4096)
     core = g.op("blocks.0.attn.core").attrs
-    assert (core["heads"], core["kv_heads"], core["rope_dims"], core["rope_theta"]) == (32, 8, 128, 1e6)
+    assert (core.heads, core.kv_heads, core.rope_dims, core.rope_theta) == (32, 8, 128, 1e6)
 
 
 def test_post_norm_block_order() -> None:
@@ -149,7 +149,7 @@ def test_post_norm_block_order() -> None:
 def test_moe_router_training_options_reach_the_op() -> None:
     g = lower(load_spec("mixtral-8x7b", ["mlp.router.aux_loss_coef=0.02", "mlp.router.jitter=0.1"]))
     a = g.op("blocks.0.mlp.experts").attrs
-    assert (a["aux_loss_coef"], a["jitter"]) == (0.02, 0.1)
-    assert all(isinstance(a[k], float) for k in ("aux_loss_coef", "jitter"))
+    assert (a.aux_loss_coef, a.jitter) == (0.02, 0.1)
+    assert isinstance(a.aux_loss_coef, float) and isinstance(a.jitter, float)
     a = lower(load_spec("mixtral-8x7b")).op("blocks.0.mlp.experts").attrs
-    assert (a["aux_loss_coef"], a["jitter"]) == (0.01, 0.0)  # the schema's defaults
+    assert (a.aux_loss_coef, a.jitter) == (0.01, 0.0)  # the schema's defaults

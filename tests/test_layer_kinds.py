@@ -42,11 +42,11 @@ def test_lowering_resolves_each_block_of_its_kind() -> None:
     g = specc.lower(specc.load_spec(_doc()))
     assert g.meta["layer_kinds"] == ["local", "local", "chunk", "full", "local"]  # cyclic, truncated
     core = [g.op(f"blocks.{i}.attn.core").attrs for i in range(5)]
-    assert [a["mask"] for a in core] == ["sliding_window", "sliding_window", "chunked", "causal", "sliding_window"]
-    assert core[0]["window"] == 4 and core[2]["chunk"] == 5 and core[3]["window"] is None
-    assert core[0]["rope_theta"] == 100.0 and core[3]["rope_theta"] == 10000.0
-    assert core[0]["rope_scaling"] == core[3]["rope_scaling"] == {"type": "linear", "factor": 2.0}  # inherited
-    assert core[2]["rope_dims"] == 0  # NoPE
+    assert [a.mask for a in core] == ["sliding_window", "sliding_window", "chunked", "causal", "sliding_window"]
+    assert core[0].window == 4 and core[2].chunk == 5 and core[3].window is None
+    assert core[0].rope_theta == 100.0 and core[3].rope_theta == 10000.0
+    assert core[0].rope_scaling == core[3].rope_scaling == {"type": "linear", "factor": 2.0}  # inherited
+    assert core[2].rope_dims == 0  # NoPE
     kinds = [op.kind for op in g.ops() if op.name.endswith((".mlp.experts", ".mlp.down"))]
     assert kinds == ["linear", "linear", "moe", "linear", "linear"]
 

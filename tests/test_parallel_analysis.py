@@ -189,7 +189,7 @@ def test_weights_match_the_torch_distributed_plan() -> None:
         g = _graph(name)
         heads = next(op.attrs for op in g.ops() if op.kind == "attention")
         for tp in (2, 4):
-            if heads["heads"] % tp or heads["kv_heads"] % tp:
+            if heads.heads % tp or heads.kv_heads % tp:
                 continue
             for rank in range(tp):
                 shapes = runtime.local_params(g, tp, rank)

@@ -185,9 +185,9 @@ def test_lowering_resolves_the_defaults_transformers_uses() -> None:
     sc = {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8, "original_max_positions": 12}
     g = specc.lower(_spec({"type": "rotary", "scaling": sc}))
     a = g.op("blocks.0.attn.core").attrs
-    assert a["rope_scaling"]["factor"] == 48 / 12 and a["rope_interleaved"] is False
+    assert a.rope_scaling is not None and a.rope_scaling["factor"] == 48 / 12 and a.rope_interleaved is False
     g = specc.lower(_spec({"type": "rotary", "scaling": {"type": "dynamic", "factor": 2.0}}))
-    assert g.op("blocks.1.attn.core").attrs["rope_scaling"]["original_max_positions"] == 48  # the context
+    assert g.op("blocks.1.attn.core").attrs.rope_scaling["original_max_positions"] == 48  # the context
 
 
 HEAD_YAML = "kind: decoder\nname: r\nvocab_size: 40\ncontext: 48\nd_model: 32\nblocks: 1\nattention: {heads: 2}\n"

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,10 +50,12 @@ def test_build_runs_the_same_classes_model_py_holds(tmp_path: Path) -> None:
 
 def test_blocks_that_differ_get_a_parameter_or_a_class_of_their_own() -> None:
     graph = specc.lower(tiny("gpt2", "blocks=3"))
-    graph.op("blocks.1.norm1").attrs["eps"] = 1e-3  # a constructor attribute: a parameter of Block
+    norm1 = graph.op("blocks.1.norm1")
+    norm1.attrs = replace(norm1.attrs, eps=1e-3)  # a constructor attribute: a parameter of Block
     src = model_source(graph).body
     assert "class Block2" not in src and "Block(eps=0.001)" in src and "Block(eps=1e-05)" in src
-    graph.op("blocks.2.mlp.act").attrs["fn"] = "relu"  # a different module: a class of its own
+    act = graph.op("blocks.2.mlp.act")
+    act.attrs = replace(act.attrs, fn="relu")  # a different module: a class of its own
     src = model_source(graph).body
     assert "class Block2" in src and "class MLP2" in src
     model = build_torch(graph)

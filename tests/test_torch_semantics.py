@@ -288,4 +288,4 @@ def test_rnn_fixed_context_is_the_final_encoder_state() -> None:
     out = model.run({"input_ids": src, "decoder_input_ids": tgt})
     assert out["logits"].shape == (2, 3, 40)
     spec = tiny("elman_fixed_context")
-    assert specc.lower(spec).op("decoder.rnn").attrs["attention"] == "none"
+    assert specc.lower(spec).op("decoder.rnn").attrs.attention == "none"

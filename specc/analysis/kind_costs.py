@@ -39,10 +39,11 @@ def per_kind(g: LayerGraph, costs: list[OpCost], decode: set[str] | None) -> dic
     for kind in dict.fromkeys(pattern):
         layers = [i for i, k in enumerate(pattern) if k == kind]
         first = [c for c in costs if c.op.layer == layers[0] and c.op.stack is None]
-        attn = next((c.op for c in first if c.op.kind == "attention" and not c.op.attrs.get("cross")), None)
+        attn = next((c.op for c in first if c.op.kind == "attention" and not c.op.attrs.cross), None)
         shown = {}
         if attn is not None:
-            shown = {k: attn.attrs[k] for k in ("mask", "window", "chunk") if attn.attrs.get(k) is not None}
+            a = attn.attrs
+            shown = {k: v for k, v in (("mask", a.mask), ("window", a.window), ("chunk", a.chunk)) if v is not None}
         cache = sum(c.mem.kv_cache for c in first if decode is not None and c.op.name in decode)
         out[kind] = KindCosts(layers, Totals.of(first), cache, shown)
     return out

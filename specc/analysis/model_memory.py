@@ -13,18 +13,18 @@ def korthikanti(g: LayerGraph, costs: list[OpCost], env: dict[str, int]) -> int:
     total = 0
     for c in costs:
         op = c.op
-        if op.kind != "attention" or op.attrs.get("cross") or op.layer is None:
+        if op.kind != "attention" or op.attrs.cross or op.layer is None:
             continue
         b, s = dims(g.shape_of(op.inputs[0]), env)[:2]
         h = _model_width(g, op.name)
-        total += 34 * s * b * h + 5 * op.attrs["heads"] * s * s * b
+        total += 34 * s * b * h + 5 * op.attrs.heads * s * s * b
     return total
 
 
 def _model_width(g: LayerGraph, attention: str) -> int:
     """Residual width h: the output width of the projection that consumes the attention core."""
     for succ in g.graph.successors(attention):
-        return int(g.op(succ).attrs["out_features"])
+        return int(g.op(succ).attrs.out_features)
     raise ValueError(f"{attention} has no output projection")
 
 
@@ -74,7 +74,7 @@ def _training_activations(
     outside = sum(c.mem.saved for c in costs if c.op.layer is None)
     inputs = 0
     for c in costs:
-        if c.op.layer is not None and c.op.kind == "attention" and not c.op.attrs.get("cross"):
+        if c.op.layer is not None and c.op.kind == "attention" and not c.op.attrs.cross:
             b, s = dims(g.shape_of(c.op.inputs[0]), env)[:2]
             inputs += b * s * _model_width(g, c.op.name) * elem_bytes
     return outside + inputs

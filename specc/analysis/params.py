@@ -36,7 +36,7 @@ _HF_SOURCE = re.compile(r"^\s*Hugging Face (\w+)")
 def active_fraction(op: Op) -> Fraction:
     """Share of an op's parameters one token uses: top-``active`` of ``experts`` for MoE, else all."""
     if op.kind == "moe":
-        return Fraction(op.attrs["active"], op.attrs["experts"])
+        return Fraction(op.attrs.active, op.attrs.experts)
     return Fraction(1)
 
 
@@ -116,11 +116,11 @@ def _reference_counts(g: LayerGraph, pc: ParamCounts) -> None:
     context = int(g.meta.get("context") or 0)
     for op in g.ops():
         if op.kind == "sinusoidal_pos":  # Marian: a frozen max_position_embeddings × d_model table per stack
-            pc.frozen += context * int(op.attrs["dim"])
+            pc.frozen += context * int(op.attrs.dim)
         elif op.kind == "learned_pos" and arch == "BartForConditionalGeneration":
-            pc.unused += BART_POSITION_OFFSET * int(op.attrs["dim"])
+            pc.unused += BART_POSITION_OFFSET * int(op.attrs.dim)
     decoder_embed = ops.get("decoder.embed")
     encoder_embed = ops.get("encoder.embed")
-    untied = decoder_embed is not None and decoder_embed.attrs.get("tied_to") is None
+    untied = decoder_embed is not None and decoder_embed.attrs.tied_to is None
     if arch == "BartForConditionalGeneration" and untied and encoder_embed is not None:
         pc.unused += sum(numel(p.shape) for p in encoder_embed.params.values())  # the unread `shared` table

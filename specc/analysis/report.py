@@ -217,10 +217,10 @@ def _notes(g: LayerGraph, s: Settings) -> list[str]:
     notes = []
     env = s.env()
     for op in g.ops():
-        if op.kind == "learned_pos" and dims(op.shape, env)[1] > op.attrs["positions"]:
+        if op.kind == "learned_pos" and dims(op.shape, env)[1] > op.attrs.positions:
             notes.append(
                 f"{op.name}: {dims(op.shape, env)[1]} tokens exceed the learned position table "
-                f"({op.attrs['positions']}); costs are computed as if it were extended"
+                f"({op.attrs.positions}); costs are computed as if it were extended"
             )
     return notes
 

@@ -45,8 +45,7 @@ def attention_shapes(g: LayerGraph, costs: list[OpCost], env: dict[str, int]) ->
     seen: set[tuple[str | None, bool]] = set()
     for c in costs:
         op = c.op
-        key = (op.stack, bool(op.attrs.get("cross")))
-        if op.kind != "attention" or key in seen:
+        if op.kind != "attention" or (key := (op.stack, bool(op.attrs.cross))) in seen:
             continue
         seen.add(key)
         rows += _rows(g, op, by_name, env)
@@ -63,12 +62,12 @@ def _projection(g: LayerGraph, value: str) -> Op:
 
 def _rows(g: LayerGraph, op: Op, by_name: dict[str, OpCost], env: dict[str, int]) -> list[MatmulShape]:
     a = op.attrs
-    h, kv, hd = a["heads"], a["kv_heads"], a["head_dim"]
-    cross = bool(a.get("cross"))
+    h, kv, hd = a.heads, a.kv_heads, a.head_dim
+    cross = bool(a.cross)
     stack = op.stack or "blocks"
     proj = _projection(g, op.inputs[0])
     out = g.op(next(iter(g.graph.successors(op.name))))
-    d = proj.attrs["in_features"]
+    d = proj.attrs.in_features
     nq_sym = _len_symbol(op)
     nq = dims(op.shape, env)[1]
     core = by_name[op.name]
@@ -106,7 +105,7 @@ def _rows(g: LayerGraph, op: Op, by_name: dict[str, OpCost], env: dict[str, int]
         ([h, nq, nk], [h, nk, hd], [h, nq, hd]),
         av,
     )
-    d_out = out.attrs["out_features"]
+    d_out = out.attrs.out_features
     row(
         f"{label}output projection",
         ([nq_sym, "HD_H"], ["HD_H", "D"], [nq_sym, "D"]),

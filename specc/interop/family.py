@@ -36,7 +36,7 @@ def attention_sizes(g: LayerGraph, target: str) -> list[int]:
     """Output widths of the pieces of a packed projection: [q, k, v] for ``.qkv``, [k, v] for ``.kv``."""
     op = target.rsplit(".", 1)[0]  # blocks.0.attn.qkv
     core = g.op(op.rsplit(".", 1)[0] + ".core").attrs
-    q, kv = core["heads"] * core["head_dim"], core["kv_heads"] * core["head_dim"]
+    q, kv = core.heads * core.head_dim, core.kv_heads * core.head_dim
     return [q, kv, kv] if op.endswith(".qkv") else [kv, kv]
 
 

@@ -100,7 +100,7 @@ def detect(names: set[str]) -> bool:
 
 def plan(g: LayerGraph, names: set[str]) -> Plan:
     p = prefix(names, "model.")
-    shared = g.op("decoder.embed").attrs.get("tied_to") is not None
+    shared = g.op("decoder.embed").attrs.tied_to is not None
     learned = g.op("encoder.pos").kind == "learned_pos" if "encoder.pos" in g.graph else False
 
     def make(target: str, shape: ShapeT) -> Rule | list[Rule] | None:
@@ -129,7 +129,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
             return concat([f"{layer}.{attn}.{x}_proj.{kind}" for x in xs], shape, attention_sizes(g, target))
         return copy(f"{layer}.{_BLOCK[part_name]}.{kind}", shape) if part_name in _BLOCK else None
 
-    tied_head = g.op("lm_head").attrs.get("tied_to")
+    tied_head = g.op("lm_head").attrs.tied_to
     head = ("lm_head.weight",) if tied_head else ()
     if shared:  # one table: shared, both stacks' embed_tokens and (tied) the head
         tied = [(f"{p}shared.weight", f"{p}encoder.embed_tokens.weight", f"{p}decoder.embed_tokens.weight", *head)]

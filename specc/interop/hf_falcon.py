@@ -104,7 +104,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
             return [copy(f"{hf}.{n}.{kind}", shape) for n in _BLOCK[part_name]]
         return None
 
-    tied = g.op("lm_head").attrs.get("tied_to")
+    tied = g.op("lm_head").attrs.tied_to
     return Plan(
         "Falcon",
         rules_for(g, "Falcon", make),

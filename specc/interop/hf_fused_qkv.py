@@ -24,6 +24,6 @@ def per_group(heads: int, kv_heads: int) -> tuple[int, tuple[int, int, int]]:
 def fused_rule(g: LayerGraph, target: str, src: str, shape: ShapeT, layout: str) -> Rule:
     """The rule for ``blocks.i.attn.qkv.{weight,bias}`` from a fused HF tensor in ``layout``."""
     core = g.op(target.rsplit(".", 2)[0] + ".core").attrs
-    h, kv = core["heads"], core["kv_heads"]
+    h, kv = core.heads, core.kv_heads
     groups, sizes = per_head(h) if layout == "per_head" else per_group(h, kv)
     return regrouped(src, shape, groups, sizes, f"{layout.replace('_', ' ')} q/k/v")

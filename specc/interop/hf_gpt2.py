@@ -76,7 +76,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
             return transposed(src, shape) if conv and kind == "weight" else copy(src, shape)
         return None
 
-    tied = g.op("lm_head").attrs.get("tied_to")
+    tied = g.op("lm_head").attrs.tied_to
     return Plan(
         "GPT-2",
         rules_for(g, "GPT-2", make),

@@ -68,7 +68,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
             return concat([f"{hf}.attn.{x}_proj.{kind}" for x in "qkv"], shape, attention_sizes(g, target))
         return copy(f"{hf}.{_BLOCK[part_name]}.{kind}", shape) if part_name in _BLOCK else None
 
-    tied = g.op("lm_head").attrs.get("tied_to")
+    tied = g.op("lm_head").attrs.tied_to
     return Plan(
         "GPT-J",
         rules_for(g, "GPT-J", make),

@@ -69,7 +69,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
             return _experts(hf, kind, shape)
         return None
 
-    tied = g.op("lm_head").attrs.get("tied_to")
+    tied = g.op("lm_head").attrs.tied_to
     return Plan(
         "Llama-style",
         rules_for(g, "Llama-style", make),

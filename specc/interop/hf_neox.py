@@ -85,7 +85,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
             return fused_rule(g, target, f"{hf}.attention.query_key_value.{kind}", shape, "per_head")
         return copy(f"{hf}.{_BLOCK[part_name]}.{kind}", shape) if part_name in _BLOCK else None
 
-    tied = g.op("lm_head").attrs.get("tied_to")
+    tied = g.op("lm_head").attrs.tied_to
     return Plan(
         "GPT-NeoX",
         rules_for(g, "GPT-NeoX", make),

@@ -65,7 +65,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
             return concat(split, shape, attention_sizes(g, target))
         return copy(f"{hf}.{_BLOCK[part_name]}.{kind}", shape) if part_name in _BLOCK else None
 
-    tied = g.op("lm_head").attrs.get("tied_to")
+    tied = g.op("lm_head").attrs.tied_to
     return Plan(
         "Phi",
         rules_for(g, "Phi", make),

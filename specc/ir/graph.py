@@ -13,7 +13,8 @@ from typing import Any
 
 import networkx as nx
 
-from .ops import CATALOGUE, Dim, ParamSpec, Shape
+from .attrs import OpAttrs
+from .ops import CATALOGUE, Dim, EmbeddingAttrs, LinearAttrs, ParamSpec, Shape
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,17 @@ class Op:
     name: str
     kind: str
     inputs: tuple[str, ...]
-    attrs: dict[str, Any]
+    attrs: OpAttrs  # an instance of the kind's class in the catalogue (CATALOGUE[kind].attrs)
     shape: Shape  # output shape
     params: dict[str, ParamSpec]  # local name → spec; full name is f"{name}.{local}"
     category: str  # cost category (qkv_proj, qk, mlp, ...), see analysis
     layer: int | None = None  # block index within its stack
     stack: str | None = None  # "encoder" | "decoder" | None
+
+    @property
+    def tied_to(self) -> str | None:
+        """The parameter this op uses as its weight (``embed.weight``) when tied; None for every other op."""
+        return self.attrs.tied_to if isinstance(self.attrs, LinearAttrs | EmbeddingAttrs) else None
 
     def param_names(self) -> dict[str, str]:
         return {local: f"{self.name}.{local}" for local in self.params}
@@ -70,14 +76,15 @@ class LayerGraph:
         if name in self.graph:
             raise ValueError(f"duplicate scope name {name}")
         opdef = CATALOGUE[kind]
+        typed = opdef.attrs.build(name, attrs)  # OpAttrsError naming the op and field: a lowering bug
         in_shapes = [self.shape_of(i) for i in inputs]
         op = Op(
             name=name,
             kind=kind,
             inputs=tuple(inputs),
-            attrs=attrs,
-            shape=tuple(opdef.shape(attrs, in_shapes)),
-            params=opdef.params(attrs, in_shapes) if opdef.params else {},
+            attrs=typed,
+            shape=tuple(opdef.shape(typed, in_shapes)),
+            params=opdef.params(typed, in_shapes) if opdef.params else {},
             category=category,
             layer=layer,
             stack=stack,
@@ -138,7 +145,7 @@ class LayerGraph:
                     "category": op.category,
                     "inputs": list(op.inputs),
                     "shape": list(op.shape),
-                    "attrs": op.attrs,
+                    "attrs": op.attrs.to_dict(),
                     "params": {k: list(p.shape) for k, p in op.params.items()},
                     **({"layer": op.layer} if op.layer is not None else {}),
                     **({"stack": op.stack} if op.stack else {}),

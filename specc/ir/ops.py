@@ -1,4 +1,6 @@
-"""The op catalogue: for each op kind, its shape rule and parameter rule, written once.
+"""The op catalogue: for each op kind, its attributes (a frozen dataclass: field types and defaults), its shape
+rule and its parameter rule, written once. An op's ``attrs`` is an instance of its kind's class, checked when
+the graph is built (``specc.ir.attrs``).
 
 The other tables keyed by op kind live with their users and never write here: the FLOP and memory rules
 (``specc.analysis.rules.RULES``), the torch layers and the ONNX emitters (``specc.backends.*``); one test
@@ -30,11 +32,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from .attrs import OpAttrs, attrs_dataclass, optional
 
 Dim = int | str
 Shape = tuple[Dim, ...]
-Attrs = dict[str, Any]
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "tanh"]
+Init = Literal["normal", "residual"]
 
 
 @dataclass(frozen=True)
@@ -47,144 +52,364 @@ class ParamSpec:
 class OpDef:
     kind: str
     doc: str
-    shape: Callable[[Attrs, list[Shape]], Shape]
-    params: Callable[[Attrs, list[Shape]], dict[str, ParamSpec]] | None = None
+    attrs: type[OpAttrs]  # the kind's attribute class: field types and defaults, written once
+    shape: Callable[[Any, list[Shape]], Shape]
+    params: Callable[[Any, list[Shape]], dict[str, ParamSpec]] | None = None
 
 
 CATALOGUE: dict[str, OpDef] = {}
 
 
-def _op(kind: str, doc: str, shape: Callable[[Attrs, list[Shape]], Shape], params: Any = None) -> None:
-    CATALOGUE[kind] = OpDef(kind, doc, shape, params)
+def _op(
+    kind: str, doc: str, attrs: type[OpAttrs], shape: Callable[[Any, list[Shape]], Shape], params: Any = None
+) -> None:
+    assert not attrs.kind, f"{attrs.__name__} already declares {attrs.kind}: one class per op kind"
+    attrs.kind = kind
+    CATALOGUE[kind] = OpDef(kind, doc, attrs, shape, params)
+
+
+def attrs_class(kind: str) -> type[OpAttrs]:
+    return CATALOGUE[kind].attrs
 
 
 def _plus(n: Dim, k: int) -> Dim:
     return n + k if isinstance(n, int) else f"{n}+{k}"
 
 
-def _same(a: Attrs, s: list[Shape]) -> Shape:
+def _same(a: OpAttrs, s: list[Shape]) -> Shape:
     return s[0]
 
 
-def _bias(a: Attrs, shape: tuple[int, ...]) -> dict[str, ParamSpec]:
-    return {"bias": ParamSpec(shape, "zeros")} if a.get("bias") else {}
+def _bias(bias: bool, shape: tuple[int, ...]) -> dict[str, ParamSpec]:
+    return {"bias": ParamSpec(shape, "zeros")} if bias else {}
 
 
 # -------------------------------------------------------------------------------------------- embeddings
 
+
+@attrs_dataclass
+class EmbeddingAttrs(OpAttrs):
+    vocab: int
+    dim: int
+    scale: float = 1.0
+    tied_to: str | None = optional()  # another op's parameter used as the table (the op then owns none)
+
+
 _op(
     "embedding",
     "token ids [B,N] → vectors [B,N,dim], times `scale`",
-    lambda a, s: (*s[0], a["dim"]),
-    lambda a, s: {} if a.get("tied_to") else {"weight": ParamSpec((a["vocab"], a["dim"]))},
+    EmbeddingAttrs,
+    lambda a, s: (*s[0], a.dim),
+    lambda a, s: {} if a.tied_to else {"weight": ParamSpec((a.vocab, a.dim))},
 )
+
+
+@attrs_dataclass
+class TypeEmbeddingAttrs(OpAttrs):
+    vocab: int
+    dim: int
+
+
 _op(
     "type_embedding",
     "x + table[token_type_ids]; inputs [x, token_type_ids]",
+    TypeEmbeddingAttrs,
     _same,
-    lambda a, s: {"weight": ParamSpec((a["vocab"], a["dim"]))},
+    lambda a, s: {"weight": ParamSpec((a.vocab, a.dim))},
 )
+
+
+@attrs_dataclass
+class LearnedPosAttrs(OpAttrs):
+    positions: int
+    dim: int
+
+
 _op(
     "learned_pos",
     "x + table[offset : offset+N] (offset = cached length during generation)",
+    LearnedPosAttrs,
     _same,
-    lambda a, s: {"weight": ParamSpec((a["positions"], a["dim"]))},
+    lambda a, s: {"weight": ParamSpec((a.positions, a.dim))},
 )
-_op("sinusoidal_pos", "x + sin/cos table (Vaswani 2017), no parameters", _same)
+
+
+@attrs_dataclass
+class SinusoidalPosAttrs(OpAttrs):
+    dim: int
+
+
+_op("sinusoidal_pos", "x + sin/cos table (Vaswani 2017), no parameters", SinusoidalPosAttrs, _same)
+
+
+@attrs_dataclass
+class LearnedPos2dAttrs(OpAttrs):
+    grid: int
+    dim: int
+    cls: bool = False  # the first token is a class token
+
+
 _op(
     "learned_pos_2d",
     "x + row[i] + col[j] for patch (i, j); the class token (first, if `cls`) gets its own vector",
+    LearnedPos2dAttrs,
     _same,
     lambda a, s: {
-        "row": ParamSpec((a["grid"], a["dim"])),
-        "col": ParamSpec((a["grid"], a["dim"])),
-        **({"cls": ParamSpec((1, a["dim"]))} if a.get("cls") else {}),
+        "row": ParamSpec((a.grid, a.dim)),
+        "col": ParamSpec((a.grid, a.dim)),
+        **({"cls": ParamSpec((1, a.dim))} if a.cls else {}),
     },
 )
+
+
+@attrs_dataclass
+class SinusoidalPos2dAttrs(OpAttrs):
+    grid: int
+    dim: int
+    cls: bool = False
+
+
 _op(
     "sinusoidal_pos_2d",
     "x + fixed 2-D sin/cos table (half the dims encode the row, half the column); class token gets zeros",
+    SinusoidalPos2dAttrs,
     _same,
 )
+
+
+@attrs_dataclass
+class PatchEmbedAttrs(OpAttrs):
+    channels: int
+    patch: int
+    dim: int
+    grid: int  # patches per side: image size // patch
+    bias: bool = True
+
+
 _op(
     "patch_embed",
     "pixel_values [B,C,S,S] → conv(kernel = stride = patch) → [B, grid², dim]",
-    lambda a, s: (s[0][0], a["grid"] * a["grid"], a["dim"]),
-    lambda a, s: {"weight": ParamSpec((a["dim"], a["channels"], a["patch"], a["patch"])), **_bias(a, (a["dim"],))},
+    PatchEmbedAttrs,
+    lambda a, s: (s[0][0], a.grid * a.grid, a.dim),
+    lambda a, s: {"weight": ParamSpec((a.dim, a.channels, a.patch, a.patch)), **_bias(a.bias, (a.dim,))},
 )
+
+
+@attrs_dataclass
+class ClsTokenAttrs(OpAttrs):
+    dim: int
+
+
 _op(
     "cls_token",
     "prepend a learned class token: [B,N,D] → [B,N+1,D]",
+    ClsTokenAttrs,
     lambda a, s: (s[0][0], _plus(s[0][1], 1), s[0][2]),
-    lambda a, s: {"token": ParamSpec((1, 1, a["dim"]))},
+    lambda a, s: {"token": ParamSpec((1, 1, a.dim))},
 )
 
 # -------------------------------------------------------------------------------------------- per token
 
+
+@attrs_dataclass
+class LayerNormAttrs(OpAttrs):
+    dim: int
+    eps: float = 1e-5
+    bias: bool = True
+
+
 _op(
     "layernorm",
     "LayerNorm over the last axis",
+    LayerNormAttrs,
     _same,
-    lambda a, s: {"weight": ParamSpec((a["dim"],), "ones"), **_bias(a, (a["dim"],))},
+    lambda a, s: {"weight": ParamSpec((a.dim,), "ones"), **_bias(a.bias, (a.dim,))},
 )
+
+
+@attrs_dataclass
+class RMSNormAttrs(OpAttrs):
+    dim: int
+    eps: float = 1e-5
+    unit_offset: bool = False
+
+
 _op(
     "rmsnorm",
     "RMSNorm over the last axis: x / sqrt(mean(x²) + eps) · weight, or · (1 + weight) with `unit_offset` "
     "(the weight then starts at 0)",
+    RMSNormAttrs,
     _same,
-    lambda a, s: {"weight": ParamSpec((a["dim"],), "zeros" if a.get("unit_offset") else "ones")},
+    lambda a, s: {"weight": ParamSpec((a.dim,), "zeros" if a.unit_offset else "ones")},
 )
+
+
+@attrs_dataclass
+class SliceRMSNormAttrs(OpAttrs):
+    dim: int  # group width: head_dim (per head) or width (the whole slice)
+    start: int
+    width: int
+    eps: float = 1e-5
+    unit_offset: bool = False
+
+
 _op(
     "slice_rmsnorm",
     "RMSNorm (as `rmsnorm`) of features [start, start + width) of the last axis in groups of `dim` (QK-norm "
     "on a packed projection: per head dim = head_dim, full width dim = width); the other features pass through",
+    SliceRMSNormAttrs,
     _same,
-    lambda a, s: {"weight": ParamSpec((a["dim"],), "zeros" if a.get("unit_offset") else "ones")},
+    lambda a, s: {"weight": ParamSpec((a.dim,), "zeros" if a.unit_offset else "ones")},
 )
+
+
+@attrs_dataclass
+class LinearAttrs(OpAttrs):
+    in_features: int
+    out_features: int
+    bias: bool = True
+    init: Init | None = optional()  # the weight's init rule; None: normal
+    tied_to: str | None = optional()  # another op's parameter used as the weight (the op then owns none)
+
+
 _op(
     "linear",
     "x @ weightᵀ + bias over the last axis",
-    lambda a, s: (*s[0][:-1], a["out_features"]),
+    LinearAttrs,
+    lambda a, s: (*s[0][:-1], a.out_features),
     lambda a, s: {
-        **(
-            {}
-            if a.get("tied_to")
-            else {"weight": ParamSpec((a["out_features"], a["in_features"]), a.get("init", "normal"))}
-        ),
-        **_bias(a, (a["out_features"],)),
+        **({} if a.tied_to else {"weight": ParamSpec((a.out_features, a.in_features), a.init or "normal")}),
+        **_bias(a.bias, (a.out_features,)),
     },
 )
-_op("activation", "elementwise fn: relu | gelu | gelu_tanh | silu | tanh", _same)
-_op("glu", "fn(gate) * up; inputs [gate, up]", _same)
-_op("add", "residual: inputs [x, branch] → x + dropout(branch)", _same)
-_op("scale", "x · factor", _same)
-_op("softcap", "cap · tanh(x / cap)", _same)
-_op("sigmoid_gate", "sigmoid(gate) · x; inputs [x, gate [..., 1]] (a gated shared expert)", _same)
-_op("dropout", "dropout(x, p) in training, identity in inference", _same)
+
+
+@attrs_dataclass
+class ActivationAttrs(OpAttrs):
+    fn: Activation
+
+
+_op("activation", "elementwise fn: relu | gelu | gelu_tanh | silu | tanh", ActivationAttrs, _same)
+
+
+@attrs_dataclass
+class GluAttrs(OpAttrs):
+    fn: Activation
+
+
+_op("glu", "fn(gate) * up; inputs [gate, up]", GluAttrs, _same)
+
+
+@attrs_dataclass
+class AddAttrs(OpAttrs):
+    dropout: float = 0.0  # on the branch, in training
+
+
+_op("add", "residual: inputs [x, branch] → x + dropout(branch)", AddAttrs, _same)
+
+
+@attrs_dataclass
+class ScaleAttrs(OpAttrs):
+    factor: float
+
+
+_op("scale", "x · factor", ScaleAttrs, _same)
+
+
+@attrs_dataclass
+class SoftcapAttrs(OpAttrs):
+    cap: float
+
+
+_op("softcap", "cap · tanh(x / cap)", SoftcapAttrs, _same)
+
+
+@attrs_dataclass
+class SigmoidGateAttrs(OpAttrs):
+    pass
+
+
+_op("sigmoid_gate", "sigmoid(gate) · x; inputs [x, gate [..., 1]] (a gated shared expert)", SigmoidGateAttrs, _same)
+
+
+@attrs_dataclass
+class DropoutAttrs(OpAttrs):
+    p: float
+
+
+_op("dropout", "dropout(x, p) in training, identity in inference", DropoutAttrs, _same)
+
+
+@attrs_dataclass
+class PoolAttrs(OpAttrs):
+    mode: Literal["mean", "cls"]
+
+
 _op(
     "pool",
     "[B,N,D] → [B,D]: mean over tokens (`mode: mean`) or the first token (`mode: cls`)",
+    PoolAttrs,
     lambda a, s: (s[0][0], s[0][2]),
 )
 
 # -------------------------------------------------------------------------------------------- attention
 
 
-def _attention_shape(a: Attrs, s: list[Shape]) -> Shape:
+@attrs_dataclass
+class AttentionAttrs(OpAttrs):
+    """The defaults are the torch layers' constructor defaults (SelfAttention, Rotary), which the codegen
+    leaves out of the source it writes; a test holds them equal."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    mask: Literal["none", "causal", "padding", "sliding_window", "prefix", "chunked"] = "causal"
+    window: int | None = None
+    prefix: int | None = None
+    scale: float | None = None  # None: 1/√head_dim (lowering always resolves it)
+    softcap: float | None = None
+    chunk: int | None = None
+    rope_dims: int = 0
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    rope_interleaved: bool = False
+    dropout: float = 0.0
+    cross: bool = False
+    padding: bool = False  # the last input is the key padding mask
+
+
+def _attention_shape(a: AttentionAttrs, s: list[Shape]) -> Shape:
     q = s[0]
-    return (q[0], q[1], a["heads"] * a["head_dim"])
+    return (q[0], q[1], a.heads * a.head_dim)
 
 
 _op(
     "attention",
     "fused scaled-dot-product attention (QKᵀ, softmax, AV) on packed heads; no parameters",
+    AttentionAttrs,
     _attention_shape,
 )
 
 
-def _moe_params(a: Attrs, s: list[Shape]) -> dict[str, ParamSpec]:
-    e, h, d = a["experts"], a["hidden"], a["dim"]
-    if a["expert"] == "swiglu":
+@attrs_dataclass
+class MoEAttrs(OpAttrs):
+    """The defaults are the torch ``MoE`` layer's constructor defaults."""
+
+    experts: int
+    active: int
+    expert: Literal["classic", "swiglu"] = "swiglu"
+    dim: int
+    hidden: int
+    activation: Activation = "silu"
+    normalize: bool = True
+    aux_loss_coef: float = 0.0
+    jitter: float = 0.0
+    bias: bool = False
+
+
+def _moe_params(a: MoEAttrs, s: list[Shape]) -> dict[str, ParamSpec]:
+    e, h, d = a.experts, a.hidden, a.dim
+    if a.expert == "swiglu":
         out = {
             "w_gate": ParamSpec((e, h, d)),
             "w_up": ParamSpec((e, h, d)),
@@ -192,12 +417,12 @@ def _moe_params(a: Attrs, s: list[Shape]) -> dict[str, ParamSpec]:
         }
     else:
         out = {"w_in": ParamSpec((e, h, d)), "w_out": ParamSpec((e, d, h), "residual")}
-    if a.get("bias"):
-        if a["expert"] == "swiglu":
+    if a.bias:
+        if a.expert == "swiglu":
             out.update(b_gate=ParamSpec((e, h), "zeros"), b_up=ParamSpec((e, h), "zeros"))
         else:
             out["b_in"] = ParamSpec((e, h), "zeros")
-        out["b_out" if a["expert"] == "classic" else "b_down"] = ParamSpec((e, d), "zeros")
+        out["b_out" if a.expert == "classic" else "b_down"] = ParamSpec((e, d), "zeros")
     return out
 
 
@@ -207,6 +432,7 @@ _op(
     "only: `jitter` multiplies the router input by U(1-jitter, 1+jitter); the load-balancing loss is "
     "`aux_loss_coef` · E · Σ_e f_e · P_e, f_e = fraction of the top-`active` assignments routed to expert e "
     "(assignments to e / (T·active)), P_e = mean router probability of e",
+    MoEAttrs,
     _same,
     _moe_params,
 )
@@ -230,26 +456,53 @@ def rnn_param_specs(cell: str, input_size: int, hidden: int, layers: int, direct
     return out
 
 
+Cell = Literal["gru", "lstm", "rnn"]
+
+
+@attrs_dataclass
+class RNNAttrs(OpAttrs):
+    cell: Cell
+    input_size: int
+    hidden: int
+    layers: int = 1
+    bidirectional: bool = False
+
+
 _op(
     "rnn",
     "recurrent encoder: inputs [x, attention_mask?] → all hidden states [B,N,directions·hidden]",
-    lambda a, s: (s[0][0], s[0][1], a["hidden"] * (2 if a["bidirectional"] else 1)),
-    lambda a, s: rnn_param_specs(a["cell"], a["input_size"], a["hidden"], a["layers"], 2 if a["bidirectional"] else 1),
+    RNNAttrs,
+    lambda a, s: (s[0][0], s[0][1], a.hidden * (2 if a.bidirectional else 1)),
+    lambda a, s: rnn_param_specs(a.cell, a.input_size, a.hidden, a.layers, 2 if a.bidirectional else 1),
 )
 
 
-def rnn_decoder_input_size(a: Attrs) -> int:
+@attrs_dataclass
+class RNNDecoderAttrs(OpAttrs):
+    """The defaults are the torch ``RNNDecoder`` layer's constructor defaults."""
+
+    cell: Cell
+    input_size: int
+    hidden: int
+    layers: int
+    enc_dim: int
+    enc_directions: int = 1
+    attention: Literal["none", "bahdanau", "luong_dot", "luong_general"] = "bahdanau"
+    attention_dim: int | None = None  # None: hidden
+
+
+def rnn_decoder_input_size(a: RNNDecoderAttrs) -> int:
     # Bahdanau and the fixed-context model feed the context vector into the cell; Luong attends after it.
-    return a["input_size"] + (0 if a["attention"].startswith("luong") else a["enc_dim"])
+    return a.input_size + (0 if a.attention.startswith("luong") else a.enc_dim)
 
 
-def _rnn_decoder_params(a: Attrs, s: list[Shape]) -> dict[str, ParamSpec]:
-    h, e, att = a["hidden"], a["enc_dim"], a["attention"]
-    out = rnn_param_specs(a["cell"], rnn_decoder_input_size(a), h, a["layers"], 1)
+def _rnn_decoder_params(a: RNNDecoderAttrs, s: list[Shape]) -> dict[str, ParamSpec]:
+    h, e, att = a.hidden, a.enc_dim, a.attention
+    out = rnn_param_specs(a.cell, rnn_decoder_input_size(a), h, a.layers, 1)
     out["bridge.weight"] = ParamSpec((h, e))
     out["bridge.bias"] = ParamSpec((h,), "zeros")
     if att == "bahdanau":
-        ad = a["attention_dim"]
+        ad = a.attention_dim or h
         out["attn_query.weight"] = ParamSpec((ad, h))
         out["attn_key.weight"] = ParamSpec((ad, e))
         out["attn_key.bias"] = ParamSpec((ad,), "zeros")
@@ -265,6 +518,7 @@ _op(
     "attention_mask?] → [B, N_dec, hidden + enc_dim] (state and context of every step). The initial state of "
     "every layer is tanh(bridge(h_final)), h_final = the encoder's last state ([forward h_T | backward h_1] "
     "for `enc_directions` 2), which is also the fixed context when `attention` is none",
-    lambda a, s: (s[0][0], s[0][1], a["hidden"] + a["enc_dim"]),
+    RNNDecoderAttrs,
+    lambda a, s: (s[0][0], s[0][1], a.hidden + a.enc_dim),
     _rnn_decoder_params,
 )

@@ -35,7 +35,7 @@ def table_rows(g: LayerGraph) -> list[tuple[str, str, str, str, str]]:
     rows = []
     for op in g.ops():
         params = sum(_numel(p.shape) for p in op.params.values())
-        tied = f" (tied {op.attrs['tied_to']})" if op.attrs.get("tied_to") else ""
+        tied = f" (tied {op.tied_to})" if op.tied_to else ""
         rows.append((op.name, op.kind, op.category, shape_str(op.shape), f"{params:,}{tied}" if params or tied else ""))
     return rows
 

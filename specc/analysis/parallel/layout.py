@@ -110,7 +110,7 @@ class GraphFacts:
 
 
 def graph_facts(g: LayerGraph) -> GraphFacts:
-    heads = next(((int(o.attrs["heads"]), int(o.attrs["kv_heads"])) for o in g.ops() if o.kind == "attention"), None)
+    heads = next(((int(o.attrs.heads), int(o.attrs.kv_heads)) for o in g.ops() if o.kind == "attention"), None)
     return GraphFacts(
         str(g.meta.get("name", "this spec")),
         str(g.meta.get("family", "")),
@@ -118,7 +118,7 @@ def graph_facts(g: LayerGraph) -> GraphFacts:
         any(op.kind in ("rnn", "rnn_decoder") for op in g.ops()),
         tuple(sorted({w for op in g.ops() if (w := _hidden_units(op)) is not None})),
         block_count(g),
-        next((int(op.attrs["experts"]) for op in g.ops() if op.kind == "moe"), None),
+        next((int(op.attrs.experts) for op in g.ops() if op.kind == "moe"), None),
     )
 
 
@@ -201,7 +201,7 @@ def check_training(lay: Layout, t: Training, training: bool) -> int:
 
 def _hidden_units(op: Any) -> int | None:
     if op.kind == "moe":
-        return int(op.attrs["hidden"])
+        return int(op.attrs.hidden)
     if op.kind in ("glu", "activation") and op.layer is not None:
         return int(op.shape[-1])
     return None

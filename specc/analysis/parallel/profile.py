@@ -186,7 +186,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
         elif op.kind in ("glu", "activation") and op.layer is not None:
             sharded, saved_s, saved_r = True, c.mem.saved, 0
         elif op.kind == "moe":
-            k, h, mats = op.attrs["active"], op.attrs["hidden"], 3 if op.attrs["expert"] == "swiglu" else 2
+            k, h, mats = op.attrs.active, op.attrs.hidden, 3 if op.attrs.expert == "swiglu" else 2
             saved_s = numel(ins[0][:-1]) * k * h * mats * elem_bytes
             sharded, saved_r = True, c.mem.saved - saved_s
         elif role == "row":
@@ -204,20 +204,20 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
             tp_bwd = numel(ins[0]) * elem_bytes
         kv_bytes = block_input = 0
         if op.kind == "attention":
-            keys = ins[1][1] if op.attrs.get("cross") else ins[0][1]
-            kv_bytes = 2 * keys * op.attrs["kv_heads"] * op.attrs["head_dim"] * elem_bytes
-            if not op.attrs.get("cross"):
+            keys = ins[1][1] if op.attrs.cross else ins[0][1]
+            kv_bytes = 2 * keys * op.attrs.kv_heads * op.attrs.head_dim * elem_bytes
+            if not op.attrs.cross:
                 block_input = numel(ins[0][:-1]) * _width(g, op.name) * elem_bytes
-        routed = numel(ins[0][:-1]) * op.attrs["active"] * op.attrs["dim"] * elem_bytes if op.kind == "moe" else 0
+        routed = numel(ins[0][:-1]) * op.attrs.active * op.attrs.dim * elem_bytes if op.kind == "moe" else 0
         kv = c.mem.kv_cache if dec is not None and op.name in dec else 0
         causal = scores = 0
         gemm = (0, 0)
         if op.kind == "attention":
             causal = sum(f.useful_matmul for f in c.flops)
             scores = c.mem.scores // elem_bytes if elem_bytes else 0
-            gemm = (int(op.attrs["head_dim"]), int(op.attrs["head_dim"]))
+            gemm = (int(op.attrs.head_dim), int(op.attrs.head_dim))
         elif op.kind == "linear":
-            gemm = (int(op.attrs["in_features"]), int(op.attrs["out_features"]))
+            gemm = (int(op.attrs.in_features), int(op.attrs.out_features))
         op_kept, op_rerun, op_math = _op_policy(op, c, width, ins, elem_bytes, saved_s, mm_count)
         out.append(
             (
@@ -241,12 +241,12 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     in_block=op.layer is not None,
                     matmul_causal=causal,
                     scores=scores,
-                    attn_dropout=op.kind == "attention" and float(op.attrs.get("dropout") or 0) > 0,
+                    attn_dropout=op.kind == "attention" and float(op.attrs.dropout or 0) > 0,
                     saved_flash=c.mem.fused if op.kind == "attention" else 0,
                     gemm=gemm,
                     role=role,
                     out_bytes=width,
-                    keys=(ins[1][1] if op.attrs.get("cross") else ins[0][1]) if op.kind == "attention" else 0,
+                    keys=(ins[1][1] if op.attrs.cross else ins[0][1]) if op.kind == "attention" else 0,
                     op_kept=op_kept,
                     op_rerun=op_rerun,
                     op_math=op_math,
@@ -264,12 +264,12 @@ def _op_policy(
     if op.layer is None:
         return 0, 0.0, 0  # outside the checkpointed blocks: kept as without recompute
     if op.kind == "linear":
-        if op.attrs.get("bias"):
+        if op.attrs.bias:
             return width, 0.0, 0  # aten.addmm: saved, not counted
         mm_count[op.layer] += 1
         return (width, 0.0, 0) if mm_count[op.layer] % 2 else (0, 1.0, 0)
     if op.kind == "attention":
-        lse = int(op.attrs["heads"]) * ins[0][1] * LOSS_BYTES  # fused SDPA: output and fp32 log-sum-exp
+        lse = int(op.attrs.heads) * ins[0][1] * LOSS_BYTES  # fused SDPA: output and fp32 log-sum-exp
         return width + lse, 0.0, c.mem.scores - lse  # math: output and the QKᵀ bmm's scores
     if op.kind == "moe":
         return moe_saved // 2, 0.5, 0
@@ -279,5 +279,5 @@ def _op_policy(
 def _width(g: LayerGraph, attention: str) -> int:
     """Residual width: the output width of the projection that consumes the attention core."""
     for succ in g.graph.successors(attention):
-        return int(g.op(succ).attrs["out_features"])
+        return int(g.op(succ).attrs.out_features)
     raise ValueError(f"{attention} has no output projection")

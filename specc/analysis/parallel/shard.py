@@ -65,11 +65,11 @@ def chunk(n: int, parts: int, rank: int) -> int:
 def tp_role(g: LayerGraph, op: Op) -> str:
     """column | row | vocab | replicated, for a linear or embedding op (see the module docstring)."""
     if op.kind == "embedding":
-        shared = any(o.kind == "embedding" and o.attrs.get("tied_to") == f"{op.name}.weight" for o in g.ops())
+        shared = any(o.kind == "embedding" and o.attrs.tied_to == f"{op.name}.weight" for o in g.ops())
         return "replicated" if shared else "vocab"  # a table another embedding reads is kept whole
     if op.kind == "slice_rmsnorm":  # qk_norm: full splits with its projection's rows; a norm per head is whole
-        dims = [g.op(s).attrs["head_dim"] for s in _consumers(g, op.name) if g.op(s).kind == "attention"]
-        return "column" if dims and op.attrs["dim"] != dims[0] else "replicated"
+        dims = [g.op(s).attrs.head_dim for s in _consumers(g, op.name) if g.op(s).kind == "attention"]
+        return "column" if dims and op.attrs.dim != dims[0] else "replicated"
     if op.kind != "linear":
         return "replicated"
     if op.category == "lm_head":
@@ -127,7 +127,7 @@ def _dims(op: Op, role: str, local: str, shape: tuple[int, ...]) -> tuple[int | 
 def _tied(g: LayerGraph) -> list[tuple[str, int]]:
     """(owner parameter, block of the op that uses it) for every tied use."""
     where = anchors(g)
-    return [(op.attrs["tied_to"], where[op.name]) for op in g.ops() if op.attrs.get("tied_to")]
+    return [(op.tied_to, where[op.name]) for op in g.ops() if op.tied_to]
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ...ir.ops import AttentionAttrs
 from .. import constants as C
-from .common import Attrs, Ctx, Dims, Flop, Mem, numel
+from .common import Ctx, Dims, Flop, Mem, numel
 
 
 def _sum_min(first: int, last: int, cap: int) -> int:
@@ -39,56 +40,56 @@ def visible_pairs(
     return nq * nk  # none | padding (padding masks are data, not structure)
 
 
-def _lengths(a: Attrs, ins: list[Dims], ctx: Ctx) -> tuple[int, int, int]:
+def _lengths(a: AttentionAttrs, ins: list[Dims], ctx: Ctx) -> tuple[int, int, int]:
     """Batch, query length and key length of this evaluation."""
     b, nq = ins[0][0], ins[0][1]
-    if a.get("cross"):
+    if a.cross:
         return b, nq, ins[1][1]
     if ctx.kv_len is None:
         return b, nq, nq
     nk = ctx.kv_len
-    if a.get("mask") == "sliding_window" and a.get("window"):
-        nk = min(nk, a["window"])  # a rolling cache keeps only the window
-    if a.get("mask") == "chunked" and a.get("chunk"):
-        nk = min(nk, a["chunk"])  # and a chunked layer only the current chunk
+    if a.mask == "sliding_window" and a.window:
+        nk = min(nk, a.window)  # a rolling cache keeps only the window
+    if a.mask == "chunked" and a.chunk:
+        nk = min(nk, a.chunk)  # and a chunked layer only the current chunk
     return b, nq, nk
 
 
-def attention_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+def attention_flops(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     b, nq, nk = _lengths(a, ins, ctx)
-    h, kv, hd = a["heads"], a["kv_heads"], a["head_dim"]
-    mask = None if a.get("cross") else a.get("mask")
-    pairs = visible_pairs(mask, nq, nk, a.get("window"), a.get("prefix"), a.get("chunk"))
+    h, kv, hd = a.heads, a.kv_heads, a.head_dim
+    mask = None if a.cross else a.mask
+    pairs = visible_pairs(mask, nq, nk, a.window, a.prefix, a.chunk)
     if mask == "chunked" and ctx.kv_len is not None:  # the new token sees its own chunk so far
-        pairs = nq * ((ctx.kv_len - 1) % a["chunk"] + 1)
+        pairs = nq * ((ctx.kv_len - 1) % a.chunk + 1)
     full, useful = 2 * b * h * nq * nk * hd, 2 * b * h * pairs * hd
-    per_score = C.SOFTMAX + C.SCORE_SCALE + (C.SOFTCAP if a.get("softcap") else 0)
+    per_score = C.SOFTMAX + C.SCORE_SCALE + (C.SOFTCAP if a.softcap else 0)
     parts = [
         Flop("qk", matmul=full, matmul_useful=useful),
         Flop("softmax", other=per_score * b * h * nq * nk, other_useful=per_score * b * h * pairs),
         Flop("av", matmul=full, matmul_useful=useful),
     ]
-    if a.get("rope_dims"):
-        parts.append(Flop("pos", other=C.ROPE * b * nq * (h + kv) * a["rope_dims"]))
+    if a.rope_dims:
+        parts.append(Flop("pos", other=C.ROPE * b * nq * (h + kv) * a.rope_dims))
     return parts
 
 
-def attention_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+def attention_memory(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     b, nq, nk = _lengths(a, ins, ctx)
-    h, kv, hd = a["heads"], a["kv_heads"], a["head_dim"]
+    h, kv, hd = a.heads, a.kv_heads, a.head_dim
     q, k_v = b * nq * h * hd, 2 * b * nk * kv * hd
     scores = b * h * nq * nk
     saved = (q + k_v + scores) * ctx.bytes  # Q, K, V and the softmax output
-    if a.get("dropout", 0) > 0:
+    if a.dropout > 0:
         saved += scores * C.MASK_BYTES + scores * ctx.bytes  # dropout mask and dropped probabilities
     stats = b * h * nq * C.STAT_BYTES
     cached = nk
-    if not a.get("cross") and a.get("mask") == "sliding_window" and a.get("window"):
-        cached = min(nk, a["window"])
-    if not a.get("cross") and a.get("mask") == "chunked" and a.get("chunk"):
-        cached = min(nk, a["chunk"])
+    if not a.cross and a.mask == "sliding_window" and a.window:
+        cached = min(nk, a.window)
+    if not a.cross and a.mask == "chunked" and a.chunk:
+        cached = min(nk, a.chunk)
     # Soft-capped scores have no fused kernel (torch runs them on the explicit softmax): always materialised.
-    capped = bool(a.get("softcap"))
+    capped = bool(a.softcap)
     return Mem(
         saved=saved,
         saved_fused=saved if capped else (q + k_v) * ctx.bytes + stats,

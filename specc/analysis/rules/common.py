@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...ir.attrs import OpAttrs
 from ..costs import Ctx, Dims, Flop, Mem, numel
 
-Attrs = dict[str, Any]
-FlopRule = Callable[[Attrs, list[Dims], Dims, Ctx], list[Flop]]
-MemRule = Callable[[Attrs, list[Dims], Dims, Ctx], Mem]
+Attrs = OpAttrs
+# A rule takes its kind's attribute class (``specc.ir.ops``): the table dispatches by kind.
+FlopRule = Callable[[Any, list[Dims], Dims, Ctx], list[Flop]]
+MemRule = Callable[[Any, list[Dims], Dims, Ctx], Mem]
 ID_BYTES = 8  # int64 token ids
 
 

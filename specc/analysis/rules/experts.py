@@ -7,21 +7,22 @@ a mean over tokens of the router probabilities and assignments), negligible next
 
 from __future__ import annotations
 
+from ...ir.ops import MoEAttrs
 from .. import constants as C
-from .common import Attrs, Ctx, Dims, Flop, Mem, io_bytes, tokens
+from .common import Ctx, Dims, Flop, Mem, io_bytes, tokens
 
 
-def _mats(a: Attrs) -> int:
-    return 3 if a["expert"] == "swiglu" else 2  # gate, up, down | in, out
+def _mats(a: MoEAttrs) -> int:
+    return 3 if a.expert == "swiglu" else 2  # gate, up, down | in, out
 
 
-def moe_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
-    t, e, k, d, h = tokens(ins[0]), a["experts"], a["active"], a["dim"], a["hidden"]
+def moe_flops(a: MoEAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    t, e, k, d, h = tokens(ins[0]), a.experts, a.active, a.dim, a.hidden
     routed = t * k  # (token, expert) pairs: exactly tokens × active
-    swiglu = a["expert"] == "swiglu"
-    bias = routed * (h * (2 if swiglu else 1) + d) * C.BIAS if a.get("bias") else 0
-    act = C.ACTIVATION[a["activation"]] + (C.GLU_PRODUCT if swiglu else 0)
-    router = C.SOFTMAX * t * e + (C.MOE_RENORMALISE * routed if a.get("normalize") else 0)
+    swiglu = a.expert == "swiglu"
+    bias = routed * (h * (2 if swiglu else 1) + d) * C.BIAS if a.bias else 0
+    act = C.ACTIVATION[a.activation] + (C.GLU_PRODUCT if swiglu else 0)
+    router = C.SOFTMAX * t * e + (C.MOE_RENORMALISE * routed if a.normalize else 0)
     return [
         Flop(matmul=2 * routed * d * h * _mats(a), other=bias + C.MOE_COMBINE * routed * d),
         Flop("activation", other=act * routed * h),
@@ -29,14 +30,14 @@ def moe_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     ]
 
 
-def _expert_params(a: Attrs) -> int:
-    d, h, swiglu = a["dim"], a["hidden"], a["expert"] == "swiglu"
-    bias = (h * (2 if swiglu else 1) + d) if a.get("bias") else 0
+def _expert_params(a: MoEAttrs) -> int:
+    d, h, swiglu = a.dim, a.hidden, a.expert == "swiglu"
+    bias = (h * (2 if swiglu else 1) + d) if a.bias else 0
     return d * h * _mats(a) + bias
 
 
-def moe_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    t, e, k, d, h = tokens(ins[0]), a["experts"], a["active"], a["dim"], a["hidden"]
+def moe_memory(a: MoEAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    t, e, k, d, h = tokens(ins[0]), a.experts, a.active, a.dim, a.hidden
     routed = t * k
     saved = routed * d + routed * h * _mats(a) + t * e  # dispatched inputs, hidden activations, router probs
     hidden_trip = 2 * routed * h * (_mats(a) - 1)  # expert hidden states written and read back

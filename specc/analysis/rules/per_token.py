@@ -2,52 +2,63 @@
 
 from __future__ import annotations
 
+from ...ir.ops import (
+    ActivationAttrs,
+    AddAttrs,
+    DropoutAttrs,
+    GluAttrs,
+    LayerNormAttrs,
+    LinearAttrs,
+    PoolAttrs,
+    RMSNormAttrs,
+    SliceRMSNormAttrs,
+)
 from .. import constants as C
 from .common import Attrs, Ctx, Dims, Flop, Mem, io_bytes, numel, tokens
 
 
-def linear_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
-    m, k, n = tokens(out), a["in_features"], a["out_features"]
-    return [Flop(matmul=2 * m * k * n, other=C.BIAS * m * n if a.get("bias") else 0)]
+def linear_flops(a: LinearAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    m, k, n = tokens(out), a.in_features, a.out_features
+    return [Flop(matmul=2 * m * k * n, other=C.BIAS * m * n if a.bias else 0)]
 
 
-def linear_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    k, n = a["in_features"], a["out_features"]
-    weights = k * n + (n if a.get("bias") else 0)  # a tied head reads the shared matrix all the same
+def linear_memory(a: LinearAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    k, n = a.in_features, a.out_features
+    weights = k * n + (n if a.bias else 0)  # a tied head reads the shared matrix all the same
     return Mem(saved=numel(ins[0]) * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=weights)
 
 
-def layernorm_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
-    per = C.LAYERNORM + (C.LAYERNORM_BIAS if a.get("bias") else 0)
+def layernorm_flops(a: LayerNormAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    per = C.LAYERNORM + (C.LAYERNORM_BIAS if a.bias else 0)
     return [Flop(other=per * numel(out))]
 
 
-def rmsnorm_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
-    offset = C.UNIT_OFFSET * a["dim"] if a.get("unit_offset") else 0
+def rmsnorm_flops(a: RMSNormAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    offset = C.UNIT_OFFSET * a.dim if a.unit_offset else 0
     return [Flop(other=C.RMSNORM * numel(out) + offset)]
 
 
-def slice_rmsnorm_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
-    offset = C.UNIT_OFFSET * a["dim"] if a.get("unit_offset") else 0
-    return [Flop(other=C.RMSNORM * tokens(out) * a["width"] + offset)]
+def slice_rmsnorm_flops(a: SliceRMSNormAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    offset = C.UNIT_OFFSET * a.dim if a.unit_offset else 0
+    return [Flop(other=C.RMSNORM * tokens(out) * a.width + offset)]
 
 
-def slice_norm_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+def slice_norm_memory(a: SliceRMSNormAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     """The normalised slice is kept for the backward pass; the whole packed tensor is read and rewritten."""
-    return Mem(saved=tokens(out) * a["width"] * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=a["dim"])
+    return Mem(saved=tokens(out) * a.width * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=a.dim)
 
 
-def norm_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    weights = a["dim"] * (2 if a.get("bias") else 1)
+def norm_memory(a: LayerNormAttrs | RMSNormAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    weights = a.dim * (2 if isinstance(a, LayerNormAttrs) and a.bias else 1)
     return Mem(saved=numel(ins[0]) * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=weights)
 
 
-def activation_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
-    return [Flop(other=C.ACTIVATION[a["fn"]] * numel(out))]
+def activation_flops(a: ActivationAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop(other=C.ACTIVATION[a.fn] * numel(out))]
 
 
-def glu_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
-    return [Flop(other=(C.ACTIVATION[a["fn"]] + C.GLU_PRODUCT) * numel(out))]
+def glu_flops(a: GluAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop(other=(C.ACTIVATION[a.fn] + C.GLU_PRODUCT) * numel(out))]
 
 
 def elementwise_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
@@ -71,8 +82,8 @@ def add_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     return [Flop(other=C.RESIDUAL * numel(out))]
 
 
-def add_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    mask = numel(out) * C.MASK_BYTES if a.get("dropout", 0) > 0 else 0  # dropout on the branch
+def add_memory(a: AddAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    mask = numel(out) * C.MASK_BYTES if a.dropout > 0 else 0  # dropout on the branch
     return Mem(saved=mask, io=io_bytes(ins, out, ctx))
 
 
@@ -80,16 +91,16 @@ def dropout_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     return [Flop()]  # identity in inference
 
 
-def dropout_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    return Mem(saved=numel(out) * C.MASK_BYTES if a.get("p", 0) > 0 else 0)
+def dropout_memory(a: DropoutAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    return Mem(saved=numel(out) * C.MASK_BYTES if a.p > 0 else 0)
 
 
-def pool_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
-    return [Flop(other=C.MEAN_POOL * numel(ins[0]) if a["mode"] == "mean" else 0)]
+def pool_flops(a: PoolAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop(other=C.MEAN_POOL * numel(ins[0]) if a.mode == "mean" else 0)]
 
 
-def pool_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    read = numel(ins[0]) if a["mode"] == "mean" else numel(out)  # cls reads one token
+def pool_memory(a: PoolAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    read = numel(ins[0]) if a.mode == "mean" else numel(out)  # cls reads one token
     return Mem(io=(read + numel(out)) * ctx.bytes)
 
 

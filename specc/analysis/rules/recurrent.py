@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...ir.ops import CATALOGUE, GATES, rnn_decoder_input_size
+from ...ir.ops import CATALOGUE, GATES, RNNAttrs, RNNDecoderAttrs, rnn_decoder_input_size
 from .. import constants as C
 from .common import Attrs, Ctx, Dims, Flop, Mem, io_bytes, numel
 
@@ -24,18 +24,18 @@ def _weights(kind: str, a: Attrs) -> int:
     return sum(numel(p.shape) for p in CATALOGUE[kind].params(a, []).values())  # type: ignore[misc]
 
 
-def rnn_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+def rnn_flops(a: RNNAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     b, n = ins[0][0], ins[0][1]
-    dirs = 2 if a["bidirectional"] else 1
-    matmul, other = _cells(a["cell"], n, b, a["input_size"], a["hidden"], a["layers"], dirs)
+    dirs = 2 if a.bidirectional else 1
+    matmul, other = _cells(a.cell, n, b, a.input_size, a.hidden, a.layers, dirs)
     return [Flop(matmul=matmul, other=other)]
 
 
-def rnn_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+def rnn_memory(a: RNNAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     b, n = ins[0][0], ins[0][1]
-    dirs = 2 if a["bidirectional"] else 1
-    saved = _cells_saved(a["cell"], n, b, a["input_size"], a["hidden"], a["layers"], dirs)
-    between = 2 * b * n * a["hidden"] * dirs * (a["layers"] - 1)  # outputs of inner layers written and read
+    dirs = 2 if a.bidirectional else 1
+    saved = _cells_saved(a.cell, n, b, a.input_size, a.hidden, a.layers, dirs)
+    between = 2 * b * n * a.hidden * dirs * (a.layers - 1)  # outputs of inner layers written and read
     return Mem(
         saved=saved * ctx.bytes,
         io=io_bytes(ins[:1], out, ctx) + between * ctx.bytes,
@@ -43,15 +43,15 @@ def rnn_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     )
 
 
-def _attention_parts(a: Attrs, b: int, steps: int, n: int, once: bool) -> tuple[int, int, int]:
+def _attention_parts(a: RNNDecoderAttrs, b: int, steps: int, n: int, once: bool) -> tuple[int, int, int]:
     """(matmul, other, softmax) FLOPs of the decoder's attention; ``once`` adds the per-sequence key work."""
-    h, e, att = a["hidden"], a["enc_dim"], a["attention"]
+    h, e, att = a.hidden, a.enc_dim, a.attention
     if att == "none":
         return 0, 0, 0
     softmax = C.SOFTMAX * b * steps * n
     context = 2 * b * steps * n * e  # Σ_i a_ti · h_i
     if att == "bahdanau":
-        ad = a["attention_dim"]
+        ad = a.attention_dim or h
         keys = (2 * b * n * e * ad, C.BIAS * b * n * ad) if once else (0, 0)  # U·h_i, computed once
         matmul = keys[0] + 2 * b * steps * h * ad + 2 * b * steps * n * ad + context  # W·s, vᵀ·tanh(…), context
         return matmul, keys[1] + C.ADDITIVE_SCORE * b * steps * n * ad, softmax
@@ -61,10 +61,10 @@ def _attention_parts(a: Attrs, b: int, steps: int, n: int, once: bool) -> tuple[
     return 2 * b * steps * n * e + context, 0, softmax  # luong_dot: s·h_i
 
 
-def rnn_decoder_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+def rnn_decoder_flops(a: RNNDecoderAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     b, steps, n = ins[0][0], ins[0][1], ins[1][1]
-    h, e, once = a["hidden"], a["enc_dim"], not ctx.decode
-    matmul, other = _cells(a["cell"], steps, b, rnn_decoder_input_size(a), h, a["layers"], 1)
+    h, e, once = a.hidden, a.enc_dim, not ctx.decode
+    matmul, other = _cells(a.cell, steps, b, rnn_decoder_input_size(a), h, a.layers, 1)
     if once:  # bridge: s_0 = tanh(W·h_enc + b)
         matmul += 2 * b * e * h
         other += (C.BIAS + C.ACTIVATION["tanh"]) * b * h
@@ -76,14 +76,14 @@ def rnn_decoder_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Fl
     ]
 
 
-def rnn_decoder_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+def rnn_decoder_memory(a: RNNDecoderAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     b, steps, n = ins[0][0], ins[0][1], ins[1][1]
-    h, e, att = a["hidden"], a["enc_dim"], a["attention"]
-    saved = _cells_saved(a["cell"], steps, b, rnn_decoder_input_size(a), h, a["layers"], 1)
-    keys = {"bahdanau": a["attention_dim"], "luong_general": h}.get(att, 0)
+    h, e, att = a.hidden, a.enc_dim, a.attention
+    saved = _cells_saved(a.cell, steps, b, rnn_decoder_input_size(a), h, a.layers, 1)
+    keys = {"bahdanau": a.attention_dim or h, "luong_general": h}.get(att, 0)
     if att != "none":
-        saved += b * steps * n * (1 + (a["attention_dim"] if att == "bahdanau" else 0))  # probs, tanh(…)
-    state = a["layers"] * b * h * (2 if a["cell"] == "lstm" else 1)
+        saved += b * steps * n * (1 + ((a.attention_dim or h) if att == "bahdanau" else 0))  # probs, tanh(…)
+    state = a.layers * b * h * (2 if a.cell == "lstm" else 1)
     return Mem(
         saved=saved * ctx.bytes,
         io=io_bytes(ins[:2], out, ctx) + 2 * b * n * keys * ctx.bytes,

@@ -2,61 +2,69 @@
 
 from __future__ import annotations
 
+from ...ir.ops import (
+    ClsTokenAttrs,
+    EmbeddingAttrs,
+    LearnedPos2dAttrs,
+    LearnedPosAttrs,
+    PatchEmbedAttrs,
+    TypeEmbeddingAttrs,
+)
 from .. import constants as C
 from .common import ID_BYTES, Attrs, Ctx, Dims, Flop, Mem, io_bytes, numel
 
 
-def embedding_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
-    return [Flop(other=C.EMBED_SCALE * numel(out) if a.get("scale", 1.0) != 1.0 else 0)]
+def embedding_flops(a: EmbeddingAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop(other=C.EMBED_SCALE * numel(out) if a.scale != 1.0 else 0)]
 
 
-def embedding_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    rows = min(a["vocab"], numel(ins[0]))
-    return Mem(io=io_bytes(ins, out, ctx, int_inputs=1), weights_read=rows * a["dim"])
+def embedding_memory(a: EmbeddingAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    rows = min(a.vocab, numel(ins[0]))
+    return Mem(io=io_bytes(ins, out, ctx, int_inputs=1), weights_read=rows * a.dim)
 
 
 def type_embedding_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     return [Flop(other=numel(out))]
 
 
-def type_embedding_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+def type_embedding_memory(a: TypeEmbeddingAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     ids = numel(ins[1]) * ID_BYTES if len(ins) > 1 else 0  # inputs: [x, token_type_ids]
-    return Mem(io=io_bytes(ins[:1], out, ctx) + ids, weights_read=a["vocab"] * a["dim"])
+    return Mem(io=io_bytes(ins[:1], out, ctx) + ids, weights_read=a.vocab * a.dim)
 
 
 def position_add_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     return [Flop(other=C.POSITION_ADD * numel(out))]
 
 
-def learned_pos_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    rows = min(a["positions"], ins[0][1])
-    return Mem(io=io_bytes(ins, out, ctx), weights_read=rows * a["dim"])
+def learned_pos_memory(a: LearnedPosAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    rows = min(a.positions, ins[0][1])
+    return Mem(io=io_bytes(ins, out, ctx), weights_read=rows * a.dim)
 
 
 def fixed_pos_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     return Mem(io=io_bytes(ins, out, ctx))
 
 
-def learned_pos_2d_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
-    cls = out[0] * out[-1] if a.get("cls") else 0  # the class token gets one vector, patches row + column
+def learned_pos_2d_flops(a: LearnedPos2dAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    cls = out[0] * out[-1] if a.cls else 0  # the class token gets one vector, patches row + column
     return [Flop(other=C.POSITION_2D_ADD * (numel(out) - cls) + C.POSITION_ADD * cls)]
 
 
-def learned_pos_2d_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    table = (2 * a["grid"] + (1 if a.get("cls") else 0)) * a["dim"]
+def learned_pos_2d_memory(a: LearnedPos2dAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    table = (2 * a.grid + (1 if a.cls else 0)) * a.dim
     return Mem(io=io_bytes(ins, out, ctx), weights_read=table)
 
 
-def patch_embed_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+def patch_embed_flops(a: PatchEmbedAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     # A conv with kernel = stride = patch is a matmul [B·grid², C·p²] × [C·p², D]; FlopCounterMode counts it.
-    k = a["channels"] * a["patch"] * a["patch"]
-    bias = C.BIAS * numel(out) if a.get("bias") else 0
+    k = a.channels * a.patch * a.patch
+    bias = C.BIAS * numel(out) if a.bias else 0
     return [Flop(matmul=2 * numel(out) * k, other=bias)]
 
 
-def patch_embed_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    k = a["channels"] * a["patch"] * a["patch"]
-    weights = a["dim"] * k + (a["dim"] if a.get("bias") else 0)
+def patch_embed_memory(a: PatchEmbedAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    k = a.channels * a.patch * a.patch
+    weights = a.dim * k + (a.dim if a.bias else 0)
     return Mem(saved=numel(ins[0]) * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=weights)
 
 
@@ -64,8 +72,8 @@ def cls_token_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop
     return [Flop()]
 
 
-def cls_token_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    return Mem(io=io_bytes(ins, out, ctx), weights_read=a["dim"])
+def cls_token_memory(a: ClsTokenAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    return Mem(io=io_bytes(ins, out, ctx), weights_read=a.dim)
 
 
 RULES = {

@@ -57,7 +57,7 @@ def validate(g: LayerGraph, opts: ExportOptions, quantized: bool) -> None:
     if not opts.padding_mask:
         raise SpecError("--genai needs the attention_mask input", hint="the runtime feeds attention_mask")
     ops = KVCache.plan(g).ops
-    layouts = {(op.attrs["kv_heads"], op.attrs["head_dim"]) for op in ops}
+    layouts = {(op.attrs.kv_heads, op.attrs.head_dim) for op in ops}
     if len(layouts) != 1:
         raise SpecError(
             f"--genai: the cached layers differ in kv_heads / head_dim ({sorted(layouts)})",
@@ -86,7 +86,7 @@ def write(g: LayerGraph, opts: ExportOptions, model: Path, weights: Any, last: b
     folder = source_folder(weights)
     hf = _hf_config(folder)
     ops = KVCache.plan(g).ops
-    kv_heads, head_dim = ops[0].attrs["kv_heads"], ops[0].attrs["head_dim"]
+    kv_heads, head_dim = ops[0].attrs.kv_heads, ops[0].attrs.head_dim
     vocab = int(g.meta["vocab_size"])
     context = int(g.meta.get("context") or 2048)
     eos = hf.get("eos_token_id", [])  # none: the runtime generates to max_length
@@ -110,7 +110,7 @@ def write(g: LayerGraph, opts: ExportOptions, model: Path, weights: Any, last: b
                     "present_key_names": "present.%d.key",
                     "present_value_names": "present.%d.value",
                 },
-                "num_attention_heads": int(ops[0].attrs["heads"]),
+                "num_attention_heads": int(ops[0].attrs.heads),
                 "num_hidden_layers": len(ops),
                 "num_key_value_heads": kv_heads,
             },
@@ -153,7 +153,7 @@ def check_targets(model: Path, weights: Any) -> None:
 
 def _width(g: LayerGraph) -> int:
     """The residual stream's width (the token embedding's)."""
-    return int(next(op.attrs["dim"] for op in g.ops() if op.kind == "embedding"))
+    return int(next(op.attrs.dim for op in g.ops() if op.kind == "embedding"))
 
 
 def _first(ids: Any, default: int) -> Any:

@@ -49,7 +49,7 @@ def decoder_path(path: str | Path) -> Path:
 
 
 def _cross_ops(g: LayerGraph) -> list[Op]:
-    return [op for op in g.ops() if op.kind == "attention" and op.attrs["cross"]]
+    return [op for op in g.ops() if op.kind == "attention" and op.attrs.cross]
 
 
 def _encoder_output(g: LayerGraph) -> str:
@@ -104,14 +104,14 @@ def build_decoder(g: LayerGraph, params: Mapping[str, tuple[int, ...]], opts: Ex
     for op in ops:
         if op.name in names:
             xs = [b.values.get(i, "") for i in op.inputs]
-            b.values[op.name] = _cross_attention(b, op, xs[0], *kv[op.name], xs[-1] if op.attrs["padding"] else "")
+            b.values[op.name] = _cross_attention(b, op, xs[0], *kv[op.name], xs[-1] if op.attrs.padding else "")
         else:
             emit_ops(b, [op])
     for name, op_name in g.outputs.items():
         b.add_output(name, b.values[op_name], b.ftype, symbolic(g.op(op_name).shape))
     cache.add_outputs(b, "total_sequence")
     for i, op in enumerate(cross):
-        shape = ["batch", op.attrs["kv_heads"], ENC_SEQ, op.attrs["head_dim"]]
+        shape = ["batch", op.attrs.kv_heads, ENC_SEQ, op.attrs.head_dim]
         for part in ("key", "value"):
             b.outputs.append(helper.make_tensor_value_info(f"present.{i}.encoder.{part}", b.ftype, shape))
     return b.lazy(doc=f"specc decoder of {g.meta.get('name')}")
@@ -122,19 +122,17 @@ def _cross_cache(b: GraphBuilder, g: LayerGraph, cross: list[Op]) -> dict[str, t
     pasts are empty, else those pasts. Named ``present.{i}.encoder.key|value`` (graph outputs)."""
     pasts = []
     for i, op in enumerate(cross):
-        shape = ["batch", op.attrs["kv_heads"], PAST_ENC_SEQ, op.attrs["head_dim"]]
+        shape = ["batch", op.attrs.kv_heads, PAST_ENC_SEQ, op.attrs.head_dim]
         pasts.append(tuple(b.add_input(f"past_key_values.{i}.encoder.{p}", b.ftype, shape) for p in ("key", "value")))
     outs = [(f"present.{i}.encoder.key", f"present.{i}.encoder.value") for i in range(len(cross))]
     first = b.op("Equal", [b.scalar_dim(pasts[0][0], 2), b.scalar_i64(0)], scope="cross_cache")
     # weights transposed (and constants made) in the outer graph, so each branch holds only per-call work
     hidden = b.values[_encoder_output(g)]
     lin = [g.op(op.inputs[1]) for op in cross]
-    wts = [weight_t(b, lo.attrs.get("tied_to") or f"{lo.name}.weight") for lo in lin]
-    biases = [b.param(f"{lo.name}.bias") if lo.attrs.get("bias") else "" for lo in lin]
-    heads = [b.i64(0, 0, op.attrs["kv_heads"], op.attrs["head_dim"]) for op in cross]
-    splits = [
-        b.i64(op.attrs["kv_heads"] * op.attrs["head_dim"], op.attrs["kv_heads"] * op.attrs["head_dim"]) for op in cross
-    ]
+    wts = [weight_t(b, lo.attrs.tied_to or f"{lo.name}.weight") for lo in lin]
+    biases = [b.param(f"{lo.name}.bias") if lo.attrs.bias else "" for lo in lin]
+    heads = [b.i64(0, 0, op.attrs.kv_heads, op.attrs.head_dim) for op in cross]
+    splits = [b.i64(op.attrs.kv_heads * op.attrs.head_dim, op.attrs.kv_heads * op.attrs.head_dim) for op in cross]
 
     project = _branch(b, "project", outs, lambda: _project(b, cross, lin, hidden, wts, biases, heads, splits))
     reuse = _branch(b, "reuse", outs, lambda: [b.op("Identity", [p], scope="cross_cache") for kv in pasts for p in kv])
@@ -168,16 +166,16 @@ def _branch(b: GraphBuilder, name: str, outs: list[tuple[str, str]], body) -> on
 def _cross_attention(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str) -> str:
     """Attention of the new decoder tokens over the cached cross K/V ([B, kv_heads, S_enc, D])."""
     a = op.attrs
-    h, hd = a["heads"], a["head_dim"]
+    h, hd = a.heads, a.head_dim
     keep = combined_keep(b, op, q, pad)
     if b.opts.attention == "contrib":
         y = b.fresh(f"{op.name}/MultiHeadAttention")
         bias = additive(b, keep) if keep else ""
         b.op("MultiHeadAttention", [q, k, v, "", "", bias], scope=op.name, outputs=[y], domain=CONTRIB, num_heads=h,
-             scale=float(a["scale"]))  # fmt: skip
+             scale=float(a.scale))  # fmt: skip
         b.declare(y, b.ftype, symbolic(op.shape))
         return y
     q4 = b.op("Transpose", [b.op("Reshape", [q, b.i64(0, 0, h, hd)], scope=op.name)], scope=op.name, perm=[0, 2, 1, 3])
-    y = b.op("Attention", [q4, k, v, keep or ""], scope=op.name, scale=float(a["scale"]), is_causal=0)
+    y = b.op("Attention", [q4, k, v, keep or ""], scope=op.name, scale=float(a.scale), is_causal=0)
     y = b.op("Transpose", [y], scope=op.name, perm=[0, 2, 1, 3])
     return b.op("Reshape", [y, b.i64(0, 0, h * hd)], scope=op.name)

@@ -45,33 +45,33 @@ def _encoder(g: LayerGraph, dec: Op, params: Mapping[str, tuple[int, ...]], opts
     rnn = next(op for op in enc_ops if op.kind == "rnn")
     states = b.values[rnn.name]
     final = b.memo[("rnn_final", rnn.name)]  # [dirs, B, H]
-    h_final = b.op("Reshape", [b.op("Transpose", [final], perm=[1, 0, 2]), b.i64(0, a["enc_dim"])], scope="h_final")
+    h_final = b.op("Reshape", [b.op("Transpose", [final], perm=[1, 0, 2]), b.i64(0, a.enc_dim)], scope="h_final")
     init = b.op("Tanh", [linear(b, h_final, f"{dec.name}.bridge")], scope=dec.name)  # [B, H]
-    layers = b.op("Concat", [b.i64(a["layers"]), b.dim(init, 0), b.i64(a["hidden"])], scope=dec.name, axis=0)
+    layers = b.op("Concat", [b.i64(a.layers), b.dim(init, 0), b.i64(a.hidden)], scope=dec.name, axis=0)
     state = b.op("Expand", [b.op("Unsqueeze", [init, b.i64(0)], scope=dec.name), layers], scope=dec.name)
-    b.add_output("encoder_hidden_states", states, b.ftype, ["batch", "sequence", a["enc_dim"]])
-    b.add_output("state", state, b.ftype, [a["layers"], "batch", a["hidden"]])
-    if a["cell"] == "lstm":
+    b.add_output("encoder_hidden_states", states, b.ftype, ["batch", "sequence", a.enc_dim])
+    b.add_output("state", state, b.ftype, [a.layers, "batch", a.hidden])
+    if a.cell == "lstm":
         zeros = b.op("Mul", [state, b.const(0.0, "zero")], scope=dec.name)
-        b.add_output("cell_state", zeros, b.ftype, [a["layers"], "batch", a["hidden"]])
-    if a["attention"] == "none":
-        b.add_output("context", h_final, b.ftype, ["batch", a["enc_dim"]])
+        b.add_output("cell_state", zeros, b.ftype, [a.layers, "batch", a.hidden])
+    if a.attention == "none":
+        b.add_output("context", h_final, b.ftype, ["batch", a.enc_dim])
     return b.lazy(doc=f"specc rnn_seq2seq {g.meta.get('name')}: encoder")
 
 
 def _step(g: LayerGraph, dec: Op, params: Mapping[str, tuple[int, ...]], opts: ExportOptions) -> LazyModel:
     a = dec.attrs
-    cell, hidden, n_layers, att = a["cell"], a["hidden"], a["layers"], a["attention"]
+    cell, hidden, n_layers, att = a.cell, a.hidden, a.layers, a.attention
     b = GraphBuilder(f"{g.meta.get('name', 'model')}_decoder_step", opts, params)
     b.values["decoder_input_ids"] = b.add_input("decoder_input_ids", INT64, ["batch", 1])
     state = b.add_input("state", b.ftype, [n_layers, "batch", hidden])
     cstate = b.add_input("cell_state", b.ftype, [n_layers, "batch", hidden]) if cell == "lstm" else ""
     if att == "none":
         enc = mask = ""
-        context = b.add_input("context", b.ftype, ["batch", a["enc_dim"]])
+        context = b.add_input("context", b.ftype, ["batch", a.enc_dim])
     else:
         context = ""
-        enc = b.add_input("encoder_hidden_states", b.ftype, ["batch", "sequence", a["enc_dim"]])
+        enc = b.add_input("encoder_hidden_states", b.ftype, ["batch", "sequence", a.enc_dim])
         mask = b.add_input("attention_mask", INT64, ["batch", "sequence"]) if opts.padding_mask else ""
 
     b.memo["rnn_step"] = {"state": state, "cell_state": cstate, "context": context}

@@ -28,9 +28,7 @@ def validate(g: LayerGraph, opts: ExportOptions) -> None:
 def build_transformer(g: LayerGraph, params: Mapping[str, tuple[int, ...]], opts: ExportOptions) -> LazyModel:
     b = GraphBuilder(str(g.meta.get("name", "model")), opts, params)
     cache = KVCache.plan(g) if opts.kv_cache else None
-    cached_pad = cache is not None and any(
-        op.attrs.get("padding") and op.inputs[-1] == "attention_mask" for op in cache.ops
-    )
+    cached_pad = cache is not None and any(op.attrs.padding and op.inputs[-1] == "attention_mask" for op in cache.ops)
     for inp in g.inputs.values():
         if inp.name == "attention_mask" and not opts.padding_mask:
             continue  # every key valid; the attention nodes get no padding mask

@@ -44,8 +44,8 @@ class KVCache:
         """The stack whose causal self-attention gets the cache: the one producing ``logits``."""
         head = g.outputs.get("logits")
         stack = g.op(head).stack if head else None
-        ops = [op for op in g.ops() if op.kind == "attention" and not op.attrs["cross"] and op.stack == stack]
-        if not ops or any(op.attrs["mask"] not in ("causal", "sliding_window", "prefix", "chunked") for op in ops):
+        ops = [op for op in g.ops() if op.kind == "attention" and not op.attrs.cross and op.stack == stack]
+        if not ops or any(op.attrs.mask not in ("causal", "sliding_window", "prefix", "chunked") for op in ops):
             raise SpecError(
                 f"--kv-cache needs a causal decoder; {g.meta.get('name')} ({g.meta.get('family')}) has none",
                 hint="drop --kv-cache for encoders and ViTs",
@@ -54,7 +54,7 @@ class KVCache:
 
     def add_inputs(self, b: GraphBuilder) -> None:
         for i, op in enumerate(self.ops):
-            shape = ["batch", op.attrs["kv_heads"], "past_sequence", op.attrs["head_dim"]]
+            shape = ["batch", op.attrs.kv_heads, "past_sequence", op.attrs.head_dim]
             b.add_input(f"past_key_values.{i}{self.tag}.key", b.ftype, shape)
             b.add_input(f"past_key_values.{i}{self.tag}.value", b.ftype, shape)
         self.past_len = self._past_from_mask(b) or b.scalar_dim(f"past_key_values.0{self.tag}.key", 2)
@@ -79,7 +79,7 @@ class KVCache:
 
     def add_outputs(self, b: GraphBuilder, total: str) -> None:
         for (k, v), op in zip(self.presents, self.ops, strict=True):
-            shape = ["batch", op.attrs["kv_heads"], total, op.attrs["head_dim"]]
+            shape = ["batch", op.attrs.kv_heads, total, op.attrs.head_dim]
             b.outputs.append(helper.make_tensor_value_info(k, b.ftype, shape))
             b.outputs.append(helper.make_tensor_value_info(v, b.ftype, shape))
 

@@ -31,10 +31,10 @@ def structural_keep(b: GraphBuilder, op: Op, q: str) -> str | None:
     """Bool [N_q, N_k] for sliding_window / prefix / chunked self-attention ([B, 1, N_q, N_k] for a prefix counted in
     positions that follow the padding mask); None for none / padding / causal."""
     a = op.attrs
-    kind = a["mask"]
+    kind = a.mask
     if kind in ("none", "padding", "causal"):
         return None
-    key = ("struct", kind, a.get("window"), a.get("prefix"), a.get("chunk"), op.stack)
+    key = ("struct", kind, a.window, a.prefix, a.chunk, op.stack)
     if key in b.memo:
         return b.memo[key]
     start, end = span(b, q, op.stack)
@@ -44,7 +44,7 @@ def structural_keep(b: GraphBuilder, op: Op, q: str) -> str | None:
     causal = b.op("LessOrEqual", [kpos, qpos], scope="mask")
     if kind == "sliding_window":
         # `window` keys visible, self included: q - window < k <= q
-        low = b.op("Sub", [qpos, b.const(np.array(int(a["window"]), np.int64), "window")], scope="mask")
+        low = b.op("Sub", [qpos, b.const(np.array(int(a.window), np.int64), "window")], scope="mask")
         keep = b.op("And", [causal, b.op("Greater", [kpos, low], scope="mask")], scope="mask")
     elif kind == "prefix":
         # the first `prefix` positions see each other (and every later position sees them); the rest are causal.
@@ -53,11 +53,11 @@ def structural_keep(b: GraphBuilder, op: Op, q: str) -> str | None:
         mask = follows_mask(b, op.stack)
         if mask:
             kpos = b.op("Unsqueeze", [mask_positions(b, mask), b.i64(1, 2)], scope="mask")  # [B, 1, 1, Nk]
-        in_prefix = b.op("Less", [kpos, b.const(np.array(int(a["prefix"]), np.int64), "prefix")], scope="mask")
+        in_prefix = b.op("Less", [kpos, b.const(np.array(int(a.prefix), np.int64), "prefix")], scope="mask")
         keep = b.op("Or", [causal, in_prefix], scope="mask")
     elif kind == "chunked":
         # causal inside each chunk of `chunk` positions (by index): k // chunk == q // chunk
-        chunk = b.const(np.array(int(a["chunk"]), np.int64), "chunk")
+        chunk = b.const(np.array(int(a.chunk), np.int64), "chunk")
         same = b.op("Equal", [b.op("Div", [kpos, chunk], scope="mask"), b.op("Div", [qpos, chunk], scope="mask")])
         keep = b.op("And", [causal, same], scope="mask")
     else:
@@ -72,7 +72,7 @@ def combined_keep(b: GraphBuilder, op: Op, q: str, pad: str) -> str | None:
     struct = structural_keep(b, op, q)
     padk = padding_keep(b, pad) if pad else None
     if struct is None and padk is not None:
-        key = ("padq", padk, op.stack, bool(op.attrs.get("cross")))
+        key = ("padq", padk, op.stack, bool(op.attrs.cross))
         if key not in b.memo:
             rows = b.op("Concat", [b.i64(1, 1), b.dim(q, 1), b.i64(1)], scope="mask", axis=0)
             b.memo[key] = b.op("Expand", [padk, rows], scope="mask")  # [B, 1, N_q, N_k]

@@ -29,23 +29,23 @@ from .tables import angles, rope_inv_freq, to_model_dtype
 
 @emits("attention")
 def make_attention(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    pad = xs[-1] if op.attrs.get("padding") else ""
+    pad = xs[-1] if op.attrs.padding else ""
     cached = b.cache is not None and op.name in b.cache.index
     if b.opts.attention == "contrib":
         return _contrib(b, op, xs, pad, cached)
-    return _standard(b, op, *_split(b, op, xs[0], xs[1] if op.attrs["cross"] else ""), pad, cached)
+    return _standard(b, op, *_split(b, op, xs[0], xs[1] if op.attrs.cross else ""), pad, cached)
 
 
 def _split(b: GraphBuilder, op: Op, packed: str, kv_packed: str = "") -> tuple[str, str, str]:
     """Q, K, V off the packed projection(s), RoPE applied to Q and K."""
     a = op.attrs
-    h, kv, hd = a["heads"], a["kv_heads"], a["head_dim"]
+    h, kv, hd = a.heads, a.kv_heads, a.head_dim
     if kv_packed:
         q = packed
         k, v = b.op("Split", [kv_packed, b.i64(kv * hd, kv * hd)], scope=op.name, outputs=2, axis=-1)
     else:
         q, k, v = b.op("Split", [packed, b.i64(h * hd, kv * hd, kv * hd)], scope=op.name, outputs=3, axis=-1)
-    if a.get("rope_dims"):
+    if a.rope_dims:
         q = rope(b, op, q, h, packed)
         k = rope(b, op, k, kv, packed)
     return q, k, v
@@ -64,11 +64,11 @@ def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached:
         ins,
         scope=op.name,
         outputs=outs,
-        q_num_heads=a["heads"],
-        kv_num_heads=a["kv_heads"],
-        scale=float(a["scale"]),
-        softcap=float(a["softcap"]) if a.get("softcap") else None,  # applied before the mask, as torch does
-        is_causal=1 if a["mask"] == "causal" else 0,
+        q_num_heads=a.heads,
+        kv_num_heads=a.kv_heads,
+        scale=float(a.scale),
+        softcap=float(a.softcap) if a.softcap else None,  # applied before the mask, as torch does
+        is_causal=1 if a.mask == "causal" else 0,
     )
     return y if isinstance(y, str) else y[0]
 
@@ -86,7 +86,7 @@ def _contrib(b: GraphBuilder, op: Op, xs: list[str], pad: str, cached: bool) -> 
     pasts = list(b.cache.past(op)) if cached else ["", ""]
     if gqa:
         # no RoPE: the packed [B, N, (heads + 2 kv_heads) · head_dim] projection is GQA's packed query input
-        qkv = list(_split(b, op, xs[0])) if a.get("rope_dims") else [xs[0], "", ""]
+        qkv = list(_split(b, op, xs[0])) if a.rope_dims else [xs[0], "", ""]
         _, end = span(b, xs[0], op.stack)
         total = b.op("Cast", [end], scope=op.name, to=6)  # int32 scalar
         seqlens = b.op("Expand", [b.op("Sub", [total, b.const(1, "one_i32", "int32")], scope=op.name), b.dim(xs[0], 0)])
@@ -96,14 +96,14 @@ def _contrib(b: GraphBuilder, op: Op, xs: list[str], pad: str, cached: bool) -> 
             scope=op.name,
             outputs=[y, *presents],
             domain=CONTRIB,
-            num_heads=a["heads"],
-            kv_num_heads=a["kv_heads"],
-            scale=float(a["scale"]),
-            softcap=float(a["softcap"]) if a.get("softcap") else None,
+            num_heads=a.heads,
+            kv_num_heads=a.kv_heads,
+            scale=float(a.scale),
+            softcap=float(a.softcap) if a.softcap else None,
         )
         if not cached:  # unused outputs still need declared shapes for the checker
             for p in presents:
-                b.declare(p, b.ftype, [symbolic(op.shape)[0], a["kv_heads"], None, a["head_dim"]])
+                b.declare(p, b.ftype, [symbolic(op.shape)[0], a.kv_heads, None, a.head_dim])
     else:
         q, k, v = _split(b, op, packed, kv_packed)
         b.op(
@@ -112,9 +112,9 @@ def _contrib(b: GraphBuilder, op: Op, xs: list[str], pad: str, cached: bool) -> 
             scope=op.name,
             outputs=[y, *presents] if cached else [y],
             domain=CONTRIB,
-            num_heads=a["heads"],
-            scale=float(a["scale"]),
-            unidirectional=1 if a["mask"] == "causal" else 0,
+            num_heads=a.heads,
+            scale=float(a.scale),
+            unidirectional=1 if a.mask == "causal" else 0,
         )
     b.declare(y, b.ftype, symbolic(op.shape))
     return y
@@ -124,9 +124,9 @@ def _fold_projection_bias(b: GraphBuilder, op: Op, xs: list[str]) -> tuple[str, 
     """(packed, kv_packed, bias): the Q/K/V projections before their bias Adds and the packed [q | k | v] bias
     for MultiHeadAttention's ``bias`` input, which adds it while it lays Q/K/V out per head (no separate pass).
     Unchanged (bias "") when RoPE must rotate the biased Q / K or a projection has no plain bias Add."""
-    cross = op.attrs["cross"]
+    cross = op.attrs.cross
     inputs = [xs[0], xs[1]] if cross else [xs[0]]
-    found = [] if op.attrs.get("rope_dims") else [bias_add(b, x) for x in inputs]
+    found = [] if op.attrs.rope_dims else [bias_add(b, x) for x in inputs]
     if not found or any(f is None for f in found):
         return xs[0], xs[1] if cross else "", ""
     for node, _, _ in found:
@@ -141,7 +141,7 @@ def rope(b: GraphBuilder, op: Op, x: str, heads: int, source: str) -> str:
     [B, N, rope_dims / 2] are computed in-graph from them (fp32, as the torch backend does, scaled by the
     scaling's attention factor), so there is no table and no length limit."""
     a = op.attrs
-    dims, theta, scaling = a["rope_dims"], float(a["rope_theta"]), a.get("rope_scaling")
+    dims, theta, scaling = a.rope_dims, float(a.rope_theta), a.rope_scaling
     key = ("rope", op.stack, dims, theta, repr(scaling))
     if key not in b.memo:
         pos = position_ids(b, source, op.stack)  # [B or 1, N]
@@ -156,7 +156,7 @@ def rope(b: GraphBuilder, op: Op, x: str, heads: int, source: str) -> str:
             tables.append(b.op("Expand", [to_model_dtype(b, t, "rope"), batch], scope="rope"))
         b.memo[key] = tuple(tables)
     cos, sin = b.memo[key]
-    interleaved = 1 if a.get("rope_interleaved") else 0
+    interleaved = 1 if a.rope_interleaved else 0
     return b.op(
         "RotaryEmbedding",
         [x, cos, sin],

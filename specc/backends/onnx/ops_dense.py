@@ -35,9 +35,9 @@ def activation(b: GraphBuilder, x: str, fn: str, scope: str) -> str:
 
 @emits("linear")
 def make_linear(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    w = op.attrs.get("tied_to") or f"{op.name}.weight"
+    w = op.attrs.tied_to or f"{op.name}.weight"
     y = b.op("MatMul", [xs[0], weight_t(b, w)], scope=op.name)
-    if op.attrs.get("bias"):
+    if op.attrs.bias:
         y = b.op("Add", [y, b.param(f"{op.name}.bias")], scope=op.name)
     return y
 
@@ -45,49 +45,49 @@ def make_linear(b: GraphBuilder, op: Op, xs: list[str]) -> str:
 @emits("layernorm")
 def make_layernorm(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     ins = [xs[0], b.param(f"{op.name}.weight")]
-    if op.attrs.get("bias"):
+    if op.attrs.bias:
         ins.append(b.param(f"{op.name}.bias"))
-    fused = skip_norm(b, op, xs[0], ins[1], ins[2] if len(ins) > 2 else None, float(op.attrs["eps"]), rms=False)
-    return fused or b.op("LayerNormalization", ins, scope=op.name, axis=-1, epsilon=float(op.attrs["eps"]))
+    fused = skip_norm(b, op, xs[0], ins[1], ins[2] if len(ins) > 2 else None, float(op.attrs.eps), rms=False)
+    return fused or b.op("LayerNormalization", ins, scope=op.name, axis=-1, epsilon=float(op.attrs.eps))
 
 
 def _rms_weight(b: GraphBuilder, op: Op) -> str:
     """The norm's scale: its weight, or (1 + weight) for a unit-offset RMSNorm (ORT folds the constant add)."""
     w = b.param(f"{op.name}.weight")
-    return b.op("Add", [w, b.const(np.array(1.0), "one")], scope=op.name) if op.attrs.get("unit_offset") else w
+    return b.op("Add", [w, b.const(np.array(1.0), "one")], scope=op.name) if op.attrs.unit_offset else w
 
 
 @emits("rmsnorm")
 def make_rmsnorm(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     # RMSNormalization is an opset-23 op (stash_type 1: computed in fp32 for fp16/bf16 models).
     w = _rms_weight(b, op)
-    fused = skip_norm(b, op, xs[0], w, None, float(op.attrs["eps"]), rms=True)
-    return fused or b.op("RMSNormalization", [xs[0], w], scope=op.name, axis=-1, epsilon=float(op.attrs["eps"]))
+    fused = skip_norm(b, op, xs[0], w, None, float(op.attrs.eps), rms=True)
+    return fused or b.op("RMSNormalization", [xs[0], w], scope=op.name, axis=-1, epsilon=float(op.attrs.eps))
 
 
 @emits("slice_rmsnorm")
 def make_slice_rmsnorm(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     """QK-norm on a packed [B, N, F] projection: split off the slice, normalise it in groups of ``dim``, rejoin."""
     a = op.attrs
-    start, width, total = a["start"], a["width"], op.shape[-1]
+    start, width, total = a.start, a.width, op.shape[-1]
     sizes = [n for n in (start, width, total - start - width) if n]
     parts = b.op("Split", [xs[0], b.i64(*sizes)], scope=op.name, outputs=len(sizes), axis=-1)
     parts = [parts] if isinstance(parts, str) else list(parts)
     i = 1 if start else 0
-    grouped = b.op("Reshape", [parts[i], b.i64(0, 0, -1, a["dim"])], scope=op.name)
-    normed = b.op("RMSNormalization", [grouped, _rms_weight(b, op)], scope=op.name, axis=-1, epsilon=float(a["eps"]))
+    grouped = b.op("Reshape", [parts[i], b.i64(0, 0, -1, a.dim)], scope=op.name)
+    normed = b.op("RMSNormalization", [grouped, _rms_weight(b, op)], scope=op.name, axis=-1, epsilon=float(a.eps))
     parts[i] = b.op("Reshape", [normed, b.i64(0, 0, width)], scope=op.name)
     return parts[0] if len(parts) == 1 else b.op("Concat", parts, scope=op.name, axis=-1)
 
 
 @emits("activation")
 def make_activation(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    return activation(b, xs[0], op.attrs["fn"], op.name)
+    return activation(b, xs[0], op.attrs.fn, op.name)
 
 
 @emits("glu")
 def make_glu(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    return b.op("Mul", [activation(b, xs[0], op.attrs["fn"], op.name), xs[1]], scope=op.name)
+    return b.op("Mul", [activation(b, xs[0], op.attrs.fn, op.name), xs[1]], scope=op.name)
 
 
 @emits("add")
@@ -99,12 +99,12 @@ def make_add(b: GraphBuilder, op: Op, xs: list[str]) -> str:
 
 @emits("scale")
 def make_scale(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    return b.op("Mul", [xs[0], b.const(np.array(float(op.attrs["factor"])), "factor")], scope=op.name)
+    return b.op("Mul", [xs[0], b.const(np.array(float(op.attrs.factor)), "factor")], scope=op.name)
 
 
 @emits("softcap")
 def make_softcap(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    cap = b.const(np.array(float(op.attrs["cap"])), "cap")
+    cap = b.const(np.array(float(op.attrs.cap)), "cap")
     return b.op("Mul", [b.op("Tanh", [b.op("Div", [xs[0], cap], scope=op.name)], scope=op.name), cap], scope=op.name)
 
 
@@ -120,6 +120,6 @@ def make_dropout(b: GraphBuilder, op: Op, xs: list[str]) -> str:
 
 @emits("pool")
 def make_pool(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    if op.attrs["mode"] == "mean":
+    if op.attrs.mode == "mean":
         return b.op("ReduceMean", [xs[0], b.i64(1)], scope=op.name, keepdims=0)
     return b.op("Gather", [xs[0], b.scalar_i64(0)], scope=op.name, axis=1)

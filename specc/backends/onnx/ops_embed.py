@@ -13,9 +13,9 @@ from .tables import sinusoid_2d, sinusoid_rows
 
 @emits("embedding")
 def make_embedding(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    table = b.param(op.attrs.get("tied_to") or f"{op.name}.weight")
+    table = b.param(op.attrs.tied_to or f"{op.name}.weight")
     y = b.op("Gather", [table, xs[0]], scope=op.name)
-    scale = float(op.attrs.get("scale", 1.0))
+    scale = float(op.attrs.scale)
     if scale != 1.0:
         y = b.op("Mul", [y, b.const(np.array(scale), "scale")], scope=op.name)
     return y
@@ -37,13 +37,13 @@ def make_learned_pos(b: GraphBuilder, op: Op, xs: list[str]) -> str:
 @emits("sinusoidal_pos")
 def make_sinusoidal_pos(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     # computed in-graph for this call's position ids: no table, no length limit
-    table = sinusoid_rows(b, position_ids(b, xs[0], op.stack), op.attrs["dim"], op.name)
+    table = sinusoid_rows(b, position_ids(b, xs[0], op.stack), op.attrs.dim, op.name)
     return b.op("Add", [xs[0], table], scope=op.name)
 
 
 @emits("sinusoidal_pos_2d")
 def make_sinusoidal_pos_2d(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    table = sinusoid_2d(op.attrs["grid"], op.attrs["dim"], bool(op.attrs.get("cls")))  # fixed grid: a constant
+    table = sinusoid_2d(op.attrs.grid, op.attrs.dim, bool(op.attrs.cls))  # fixed grid: a constant
     return b.op("Add", [xs[0], b.const(table, f"{op.name}.table")], scope=op.name)
 
 
@@ -51,20 +51,20 @@ def make_sinusoidal_pos_2d(b: GraphBuilder, op: Op, xs: list[str]) -> str:
 def make_learned_pos_2d(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     # row[i] + col[j] for patch (i, j), row-major like the patch order; computed in-graph from the named
     # initializers (ORT folds it to a constant at load).
-    g, d = op.attrs["grid"], op.attrs["dim"]
+    g, d = op.attrs.grid, op.attrs.dim
     row = b.op("Unsqueeze", [b.param(f"{op.name}.row"), b.i64(1)], scope=op.name)  # [g, 1, d]
     col = b.op("Unsqueeze", [b.param(f"{op.name}.col"), b.i64(0)], scope=op.name)  # [1, g, d]
     pos = b.op("Reshape", [b.op("Add", [row, col], scope=op.name), b.i64(g * g, d)], scope=op.name)
-    if op.attrs.get("cls"):
+    if op.attrs.cls:
         pos = b.op("Concat", [b.param(f"{op.name}.cls"), pos], scope=op.name, axis=0)
     return b.op("Add", [xs[0], pos], scope=op.name)
 
 
 @emits("patch_embed")
 def make_patch_embed(b: GraphBuilder, op: Op, xs: list[str]) -> str:
-    p, d = op.attrs["patch"], op.attrs["dim"]
+    p, d = op.attrs.patch, op.attrs.dim
     ins = [xs[0], b.param(f"{op.name}.weight")]
-    if op.attrs.get("bias"):
+    if op.attrs.bias:
         ins.append(b.param(f"{op.name}.bias"))
     y = b.op("Conv", ins, scope=op.name, kernel_shape=[p, p], strides=[p, p])  # [B, d, g, g]
     y = b.op("Reshape", [y, b.i64(0, d, -1)], scope=op.name)
@@ -74,6 +74,6 @@ def make_patch_embed(b: GraphBuilder, op: Op, xs: list[str]) -> str:
 @emits("cls_token")
 def make_cls_token(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     x = xs[0]
-    shape = b.op("Concat", [b.dim(x, 0), b.i64(1, op.attrs["dim"])], scope=op.name, axis=0)
+    shape = b.op("Concat", [b.dim(x, 0), b.i64(1, op.attrs.dim)], scope=op.name, axis=0)
     token = b.op("Expand", [b.param(f"{op.name}.token"), shape], scope=op.name)
     return b.op("Concat", [token, x], scope=op.name, axis=1)

@@ -31,11 +31,11 @@ MOE_FORMS = ("sparse", "dense")
 def _route(b: GraphBuilder, op: Op, logits: str) -> tuple[str, str]:
     """Router logits → (gates [T, A] in the export dtype, expert indices [T, A] int64)."""
     a = op.attrs
-    scores = b.op("Reshape", [logits, b.i64(-1, a["experts"])], scope=op.name)  # [T, E]
+    scores = b.op("Reshape", [logits, b.i64(-1, a.experts)], scope=op.name)  # [T, E]
     if b.ftype != TensorProto.FLOAT:
         scores = b.op("Cast", [scores], scope=op.name, to=TensorProto.FLOAT)  # torch routes in fp32
-    top, idx = b.op("TopK", [scores, b.i64(a["active"])], scope=op.name, outputs=2, axis=-1, largest=1, sorted=1)
-    norm = top if a.get("normalize", True) else scores
+    top, idx = b.op("TopK", [scores, b.i64(a.active)], scope=op.name, outputs=2, axis=-1, largest=1, sorted=1)
+    norm = top if a.normalize else scores
     lse = b.op("ReduceLogSumExp", [norm, b.i64(-1)], scope=op.name, keepdims=1)
     gates = b.op("Exp", [b.op("Sub", [top, lse], scope=op.name)], scope=op.name)
     if b.ftype != TensorProto.FLOAT:
@@ -55,15 +55,15 @@ def _expert_param(b: GraphBuilder, op: Op, name: str, e: int, transpose: bool) -
 
 def _linear_e(b: GraphBuilder, op: Op, x: str, e: int, w: str, bias: str) -> str:
     y = b.op("MatMul", [x, _expert_param(b, op, w, e, transpose=True)], scope=f"{op.name}.{e}")
-    if op.attrs.get("bias"):
+    if op.attrs.bias:
         y = b.op("Add", [y, _expert_param(b, op, bias, e, transpose=False)], scope=f"{op.name}.{e}")
     return y
 
 
 def _expert(b: GraphBuilder, op: Op, x: str, e: int) -> str:
     """Expert ``e`` on rows x [n, D] → [n, D]."""
-    fn, scope = op.attrs["activation"], f"{op.name}.{e}"
-    if op.attrs["expert"] == "swiglu":
+    fn, scope = op.attrs.activation, f"{op.name}.{e}"
+    if op.attrs.expert == "swiglu":
         gate = activation(b, _linear_e(b, op, x, e, "w_gate", "b_gate"), fn, scope)
         hidden = b.op("Mul", [gate, _linear_e(b, op, x, e, "w_up", "b_up")], scope=scope)
         return _linear_e(b, op, hidden, e, "w_down", "b_down")
@@ -73,10 +73,10 @@ def _expert(b: GraphBuilder, op: Op, x: str, e: int) -> str:
 
 def _sparse(b: GraphBuilder, op: Op, tokens: str, gates: str, idx: str) -> str:
     """Σ_slots gate · expert(token), each expert on its routed rows only → [T, D]."""
-    k, d = op.attrs["active"], op.attrs["dim"]
+    k, d = op.attrs.active, op.attrs.dim
     flat = b.op("Reshape", [idx, b.i64(-1)], scope=op.name)  # [T·A]: assignment t·A + slot → expert
     outs, slots = [], []
-    for e in range(op.attrs["experts"]):
+    for e in range(op.attrs.experts):
         chose = b.op("Equal", [flat, b.const(e, f"e{e}", dtype="int64")], scope=f"{op.name}.{e}")
         where = b.op("Reshape", [b.op("NonZero", [chose], scope=f"{op.name}.{e}"), b.i64(-1)], scope=f"{op.name}.{e}")
         rows = where if k == 1 else b.op("Div", [where, b.const(k, f"k{k}", dtype="int64")], scope=f"{op.name}.{e}")
@@ -94,7 +94,7 @@ def _sparse(b: GraphBuilder, op: Op, tokens: str, gates: str, idx: str) -> str:
 def _experts_linear(b: GraphBuilder, op: Op, x: str, w: str, bias: str) -> str:
     """Dense form: x [1|E, T, in] @ W[e]ᵀ (+ b[e]) → [E, T, out]."""
     y = b.op("MatMul", [x, weight_t(b, f"{op.name}.{w}", (0, 2, 1))], scope=op.name)
-    if op.attrs.get("bias"):
+    if op.attrs.bias:
         y = b.op("Add", [y, b.op("Unsqueeze", [b.param(f"{op.name}.{bias}"), b.i64(1)], scope=op.name)])
     return y
 
@@ -103,14 +103,14 @@ def _dense(b: GraphBuilder, op: Op, tokens: str, gates: str, idx: str) -> str:
     """Every expert on every token, gates zero outside the top-A → [T, D]."""
     a = op.attrs
     x = b.op("Unsqueeze", [tokens, b.i64(0)], scope=op.name)  # [1, T, D]
-    if a["expert"] == "swiglu":
-        gate = activation(b, _experts_linear(b, op, x, "w_gate", "b_gate"), a["activation"], op.name)
+    if a.expert == "swiglu":
+        gate = activation(b, _experts_linear(b, op, x, "w_gate", "b_gate"), a.activation, op.name)
         hidden = b.op("Mul", [gate, _experts_linear(b, op, x, "w_up", "b_up")], scope=op.name)
         y = _experts_linear(b, op, hidden, "w_down", "b_down")
     else:
-        hidden = activation(b, _experts_linear(b, op, x, "w_in", "b_in"), a["activation"], op.name)
+        hidden = activation(b, _experts_linear(b, op, x, "w_in", "b_in"), a.activation, op.name)
         y = _experts_linear(b, op, hidden, "w_out", "b_out")  # [E, T, D]
-    shape = b.op("Concat", [b.dim(idx, 0), b.i64(a["experts"])], scope=op.name, axis=0)
+    shape = b.op("Concat", [b.dim(idx, 0), b.i64(a.experts)], scope=op.name, axis=0)
     blank = b.op("Expand", [b.const(0.0, "zero"), shape], scope=op.name)  # [T, E] zeros
     dense = b.op("ScatterElements", [blank, idx, gates], scope=op.name, axis=1)
     dense = b.op("Unsqueeze", [b.op("Transpose", [dense], scope=op.name, perm=[1, 0]), b.i64(2)])  # [E, T, 1]
@@ -120,7 +120,7 @@ def _dense(b: GraphBuilder, op: Op, tokens: str, gates: str, idx: str) -> str:
 @emits("moe")
 def make_moe(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     x, logits = xs
-    tokens = b.op("Reshape", [x, b.i64(-1, op.attrs["dim"])], scope=op.name)  # [T, D]
+    tokens = b.op("Reshape", [x, b.i64(-1, op.attrs.dim)], scope=op.name)  # [T, D]
     gates, idx = _route(b, op, logits)
     mixed = (_dense if b.opts.moe == "dense" else _sparse)(b, op, tokens, gates, idx)
     return b.op("Reshape", [mixed, b.op("Shape", [x], scope=op.name)], scope=op.name)

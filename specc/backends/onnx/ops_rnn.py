@@ -85,8 +85,8 @@ def sequence_lengths(b: GraphBuilder, mask: str) -> str:
 @emits("rnn")
 def make_rnn(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     a = op.attrs
-    cell, hidden, layers = a["cell"], a["hidden"], a["layers"]
-    dirs = 2 if a["bidirectional"] else 1
+    cell, hidden, layers = a.cell, a.hidden, a.layers
+    dirs = 2 if a.bidirectional else 1
     lens = sequence_lengths(b, xs[1]) if len(xs) > 1 and xs[1] else ""
     x = b.op("Transpose", [xs[0]], scope=op.name, perm=[1, 0, 2])  # [N, B, in]
     finals = []
@@ -113,11 +113,11 @@ def make_rnn_decoder(b: GraphBuilder, dec: Op, xs: list[str]) -> str:
     step = b.memo.get("rnn_step")
     if step is None:
         raise NotImplementedError(f"{dec.name}: rnn_decoder exports as one step (the decoder_step graph)")
-    att = dec.attrs["attention"]
+    att = dec.attrs.attention
     state, cstate, context = step["state"], step["cell_state"], step["context"]
     enc, mask = xs[1], xs[2] if len(xs) > 2 else ""
     y = b.op("Squeeze", [xs[0], b.i64(1)], scope=dec.name)  # [B, emb]
-    top = b.op("Gather", [state, b.scalar_i64(dec.attrs["layers"] - 1)], scope=dec.name, axis=0)  # s_{t-1}, top layer
+    top = b.op("Gather", [state, b.scalar_i64(dec.attrs.layers - 1)], scope=dec.name, axis=0)  # s_{t-1}, top layer
     weights_out = ""
     if att == "bahdanau":
         context, weights_out = _attend(b, dec, top, enc, mask)
@@ -134,10 +134,10 @@ def make_rnn_decoder(b: GraphBuilder, dec: Op, xs: list[str]) -> str:
 def _cell(b: GraphBuilder, dec: Op, x: str, state: str, cstate: str) -> tuple[str, str, str]:
     """One time step through every layer: returns (top output, new h [L, B, H], new c [L, B, H] or "")."""
     a = dec.attrs
-    cell, hidden = a["cell"], a["hidden"]
+    cell, hidden = a.cell, a.hidden
     inp = b.op("Unsqueeze", [x, b.i64(0)], scope=dec.name)  # [1, B, in]
     hs, cs = [], []
-    for k in range(a["layers"]):
+    for k in range(a.layers):
         h0 = b.op("Slice", [state, b.i64(k), b.i64(k + 1), b.i64(0)], scope=dec.name)  # [1, B, H]
         c0 = b.op("Slice", [cstate, b.i64(k), b.i64(k + 1), b.i64(0)], scope=dec.name) if cstate else ""
         outs = rnn_layer(b, dec.name, cell, k, 1, hidden, inp, "", h0, c0)
@@ -155,13 +155,13 @@ def _attend(b: GraphBuilder, dec: Op, query: str, enc: str, mask: str) -> tuple[
     """Attention over encoder states for query [B, H]: (context [B, E], weights [B, 1, N])."""
     a = dec.attrs
     p = dec.name
-    if a["attention"] == "bahdanau":  # e_i = vᵀ tanh(W s + U h_i + b)
+    if a.attention == "bahdanau":  # e_i = vᵀ tanh(W s + U h_i + b)
         keys = linear(b, enc, f"{p}.attn_key")  # [B, N, A]
         q = b.op("Unsqueeze", [linear(b, query, f"{p}.attn_query", bias=False), b.i64(1)], scope=p)  # [B, 1, A]
         e = linear(b, b.op("Tanh", [b.op("Add", [keys, q], scope=p)], scope=p), f"{p}.attn_v", bias=False)
         scores = b.op("Transpose", [e], scope=p, perm=[0, 2, 1])  # [B, 1, N]
     else:  # Luong: s · h_i (dot) or s · W h_i (general)
-        keys = linear(b, enc, f"{p}.attn_general", bias=False) if a["attention"] == "luong_general" else enc
+        keys = linear(b, enc, f"{p}.attn_general", bias=False) if a.attention == "luong_general" else enc
         q = b.op("Unsqueeze", [query, b.i64(1)], scope=p)  # [B, 1, H]
         scores = b.op("MatMul", [q, b.op("Transpose", [keys], scope=p, perm=[0, 2, 1])], scope=p)  # [B, 1, N]
     if mask:

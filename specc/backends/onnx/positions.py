@@ -49,7 +49,7 @@ def plan(g: LayerGraph) -> PositionPlan | None:
         return None
     stack = g.op(head).stack
     ops = [op for op in g.ops() if op.stack == stack]
-    uses = any(op.kind in USES_POSITIONS or (op.kind == "attention" and op.attrs.get("rope_dims")) for op in ops)
+    uses = any(op.kind in USES_POSITIONS or (op.kind == "attention" and op.attrs.rope_dims) for op in ops)
     return PositionPlan(stack, mask, uses)
 
 

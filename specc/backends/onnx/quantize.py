@@ -90,11 +90,9 @@ class Quantization:
 
     def _embedding_blocker(self, g: LayerGraph, dtype: str) -> str | None:
         tables = {
-            op.attrs.get("tied_to") or f"{op.name}.weight": int(op.attrs["dim"])
-            for op in g.ops()
-            if op.kind == "embedding"
+            op.attrs.tied_to or f"{op.name}.weight": int(op.attrs.dim) for op in g.ops() if op.kind == "embedding"
         }
-        tied_heads = [op for op in g.ops() if op.kind == "linear" and op.attrs.get("tied_to") in tables]
+        tied_heads = [op for op in g.ops() if op.kind == "linear" and op.attrs.tied_to in tables]
         if not tables:
             return "the model has no token embedding"
         if self.method != "nbits":
@@ -147,7 +145,7 @@ def quantize_model(lazy: LazyModel, g: LayerGraph, q: Quantization, dtype: str, 
         return LazyModel(_dynamic(model, folded.matmuls) if folded.matmuls else model, {})
     graph = lazy.model.graph
     sites = find_sites(graph, linears, experts)
-    tables = {op.attrs.get("tied_to") or f"{op.name}.weight" for op in g.ops() if op.kind == "embedding"}
+    tables = {op.attrs.tied_to or f"{op.name}.weight" for op in g.ops() if op.kind == "embedding"}
     gathers = [n for n in graph.node if n.op_type == "Gather" and n.input[0] in tables] if q.embedding else []
     if not sites and not gathers:
         return lazy

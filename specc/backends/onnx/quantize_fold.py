@@ -46,7 +46,7 @@ def quantizable(g: LayerGraph, head: bool) -> tuple[dict[str, str], set[str]]:
     routers = {op.inputs[1] for op in g.ops() if op.kind == "moe"}
     heads = set(g.outputs.values())
     linears = {
-        op.attrs.get("tied_to") or f"{op.name}.weight": op.name
+        op.attrs.tied_to or f"{op.name}.weight": op.name
         for op in g.ops()
         if op.kind == "linear" and op.name not in routers and (head or op.name not in heads)
     }

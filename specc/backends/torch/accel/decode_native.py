@@ -134,37 +134,39 @@ class Program:
         if kind == "embedding":
             if op.inputs != ("input_ids",):
                 raise Unsupported(f"{op.name}: embeds {op.inputs}")
-            w = self._param(m, a.get("tied_to") or f"{op.name}.weight", (a["vocab"], width))
-            self.vocab = a["vocab"]
-            self._emit("embed", op.name, width, (), last, w=w, scale=float(a.get("scale", 1.0)))
+            w = self._param(m, a.tied_to or f"{op.name}.weight", (a.vocab, width))
+            self.vocab = a.vocab
+            self._emit("embed", op.name, width, (), last, w=w, scale=float(a.scale))
         elif kind == "learned_pos":
-            w = self._param(m, f"{op.name}.weight", (a["positions"], width))
-            self.positions = min(self.positions, a["positions"])
-            self._emit("position", op.name, width, op.inputs, last, w=w, k=a["positions"])
+            w = self._param(m, f"{op.name}.weight", (a.positions, width))
+            self.positions = min(self.positions, a.positions)
+            self._emit("position", op.name, width, op.inputs, last, w=w, k=a.positions)
         elif kind in ("layernorm", "rmsnorm", "slice_rmsnorm"):
             self._norm(m, op, width, last)
         elif kind == "linear":
-            n_in, n_out = a["in_features"], a["out_features"]
-            w = self._param(m, a.get("tied_to") or f"{op.name}.weight", (n_out, n_in))
+            n_in, n_out = a.in_features, a.out_features
+            w = self._param(m, a.tied_to or f"{op.name}.weight", (n_out, n_in))
             b = self._param(m, f"{op.name}.bias", (n_out,))
             self._emit("linear", op.name, width, op.inputs, last, w=w, b=b, k=n_in)
         elif kind == "attention":
             self._attention(op, m.get_submodule(op.name), width, last)
-        elif kind in ("add", "activation", "glu") and (kind == "add" or a.get("fn") in FNS):
-            self._emit(KINDS[kind], op.name, width, op.inputs, last, fn=FNS.get(a.get("fn"), 0))
+        elif kind == "add":
+            self._emit(KINDS[kind], op.name, width, op.inputs, last, fn=0)
+        elif kind in ("activation", "glu") and a.fn in FNS:
+            self._emit(KINDS[kind], op.name, width, op.inputs, last, fn=FNS[a.fn])
         elif kind == "scale":
-            self._emit("scale", op.name, width, op.inputs, last, scale=float(a["factor"]))
+            self._emit("scale", op.name, width, op.inputs, last, scale=float(a.factor))
         elif kind == "softcap":
-            self._emit("softcap", op.name, width, op.inputs, last, scale=float(a["cap"]))
+            self._emit("softcap", op.name, width, op.inputs, last, scale=float(a.cap))
         else:
-            raise Unsupported(f"{op.name}: op kind {kind}{' ' + a['fn'] if 'fn' in a else ''}")
+            raise Unsupported(f"{op.name}: op kind {kind}{' ' + a.fn if kind in ('activation', 'glu') else ''}")
 
     def _norm(self, m: nn.Module, op: Any, width: int, last: bool) -> None:
         a = op.attrs
-        fields = {"eps": float(a["eps"]), "fn": int(bool(a.get("unit_offset")))}
+        fields = {"eps": float(a.eps), "fn": int(op.kind != "layernorm" and a.unit_offset)}
         if op.kind == "slice_rmsnorm":  # groups of `dim` features in [start, start + width)
-            fields.update(start=a["start"], span=a["width"], group=a["dim"])
-        group = a["dim"] if op.kind == "slice_rmsnorm" else width
+            fields.update(start=a.start, span=a.width, group=a.dim)
+        group = a.dim if op.kind == "slice_rmsnorm" else width
         w = self._param(m, f"{op.name}.weight", (group,))
         if w is None:
             raise Unsupported(f"{op.name}: a norm without a weight")
@@ -173,19 +175,19 @@ class Program:
 
     def _attention(self, op: Any, core: nn.Module, width: int, last: bool) -> None:
         a = op.attrs
-        mask, heads, kv_heads, head_dim, rope_dims = a["mask"], a["heads"], a["kv_heads"], a["head_dim"], a["rope_dims"]
-        if a.get("cross") or mask not in ("causal", "sliding_window", "chunked"):
-            raise Unsupported(f"{op.name}: {'cross-attention' if a.get('cross') else f'mask {mask}'}")
-        if rope_dims and (by_length(a["rope_scaling"]) or rope_dims % 2):
-            raise Unsupported(f"{op.name}: RoPE scaling {a['rope_scaling']} follows the length")
+        mask, heads, kv_heads, head_dim, rope_dims = a.mask, a.heads, a.kv_heads, a.head_dim, a.rope_dims
+        if a.cross or mask not in ("causal", "sliding_window", "chunked"):
+            raise Unsupported(f"{op.name}: {'cross-attention' if a.cross else f'mask {mask}'}")
+        if rope_dims and (by_length(a.rope_scaling) or rope_dims % 2):
+            raise Unsupported(f"{op.name}: RoPE scaling {a.rope_scaling} follows the length")
         if head_dim > MAX_HEAD_DIM or heads % kv_heads:
             raise Unsupported(f"{op.name}: head_dim {head_dim}, {heads}/{kv_heads} heads")
         self.cores.append((len(self.ops), core))
-        self._emit("attention", op.name, width, op.inputs[:1], last, fn=int(bool(a["rope_interleaved"])),
+        self._emit("attention", op.name, width, op.inputs[:1], last, fn=int(bool(a.rope_interleaved)),
                    heads=heads, kv_heads=kv_heads, head_dim=head_dim, rope_dims=rope_dims,
-                   window=(a["window"] or 0) if mask == "sliding_window" else 0,
-                   chunk=(a["chunk"] or 0) if mask == "chunked" else 0,
-                   scale=float(a["scale"]), softcap=float(a["softcap"] or 0.0))  # fmt: skip
+                   window=(a.window or 0) if mask == "sliding_window" else 0,
+                   chunk=(a.chunk or 0) if mask == "chunked" else 0,
+                   scale=float(a.scale), softcap=float(a.softcap or 0.0))  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------- steps
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....ir.graph import Op
+from ....ir.ops import AttentionAttrs
 
 Attr = Callable[[str], str]
 
@@ -201,9 +202,10 @@ _emits(
     depth=0,
 )
 
-SELF_ATTENTION_DEFAULTS = {"mask": "causal", "scale": None, "window": None, "prefix": None, "dropout": 0.0}
-SELF_ATTENTION_DEFAULTS["chunk"] = None
-ROTARY_DEFAULTS = {"rope_scaling": None, "rope_interleaved": False}
+# The layer constructors' defaults, declared once with the op's attributes (a test holds the two equal).
+SELF_ATTENTION_DEFAULTS = {k: AttentionAttrs.default(k) for k in ("mask", "scale", "window", "prefix", "dropout")}
+SELF_ATTENTION_DEFAULTS["chunk"] = AttentionAttrs.default("chunk")
+ROTARY_DEFAULTS = {k: AttentionAttrs.default(k) for k in ("rope_scaling", "rope_interleaved")}
 
 
 def _attention_ctor(op: Op, a: Attr) -> str:
