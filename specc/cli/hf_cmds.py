@@ -25,8 +25,9 @@ def import_hf(
     ] = True,
 ) -> None:
     """Import a Hugging Face model's config.json as a spec; fields specc cannot express are errors."""
-    from ..interop import check_names, checkpoint
+    from ..interop import check_names
     from ..interop import import_hf as do_import
+    from ..interop import safetensors_read as checkpoint
     from ..interop.hf_import import write
     from ..ir.lower import lower
     from .compile_cmd import weight_files

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import SpecError
 from ..ir.graph import LayerGraph
 from .hf_config import HFConfig
-from .plan import Plan, Rule, ShapeT
+from .weight_map import Plan, Rule, ShapeT
 
 # A specc parameter inside a block: optional stack, block index, the rest.
 BLOCK = re.compile(r"(?:(encoder|decoder)\.)?blocks\.(\d+)\.(.+)")

@@ -15,7 +15,7 @@ from ..errors import SpecError
 from ..ir.graph import LayerGraph
 from .family import BLOCK, Family, attention_sizes, prefix, rules_for
 from .hf_config import HFConfig
-from .plan import Plan, Rule, ShapeT, concat, copy, rows_from, squeezed
+from .weight_map import Plan, Rule, ShapeT, concat, copy, rows_from, squeezed
 
 BART_POSITION_OFFSET = 2
 

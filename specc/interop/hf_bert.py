@@ -10,7 +10,7 @@ from typing import Any
 from ..ir.graph import LayerGraph
 from .family import BLOCK, Family, attention_sizes, prefix, rules_for
 from .hf_config import HFConfig
-from .plan import Plan, Rule, ShapeT, concat, copy
+from .weight_map import Plan, Rule, ShapeT, concat, copy
 
 _BLOCK = {
     "attn.out": "attention.output.dense",

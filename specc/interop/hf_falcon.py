@@ -14,7 +14,7 @@ from .family import BLOCK, Family, prefix, rules_for
 from .hf_config import HFConfig
 from .hf_fused_qkv import fused_rule
 from .hf_rope import position
-from .plan import Plan, Rule, ShapeT, copy
+from .weight_map import Plan, Rule, ShapeT, copy
 
 _BLOCK = {
     "attn.out": ("self_attention.dense",),

@@ -8,7 +8,7 @@ from typing import Any
 from ..ir.graph import LayerGraph
 from .family import BLOCK, Family, prefix, rules_for
 from .hf_config import HFConfig
-from .plan import Plan, Rule, ShapeT, copy, transposed
+from .weight_map import Plan, Rule, ShapeT, copy, transposed
 
 # specc local name inside a block → (HF name inside ``h.{i}.``, stored as Conv1D [in, out]?)
 _BLOCK = {

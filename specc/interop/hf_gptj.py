@@ -10,7 +10,7 @@ from typing import Any
 from ..ir.graph import LayerGraph
 from .family import BLOCK, Family, attention_sizes, prefix, rules_for
 from .hf_config import HFConfig
-from .plan import Plan, Rule, ShapeT, concat, copy
+from .weight_map import Plan, Rule, ShapeT, concat, copy
 
 _BLOCK = {"norm1": "ln_1", "attn.out": "attn.out_proj", "mlp.fc1": "mlp.fc_in", "mlp.fc2": "mlp.fc_out"}
 

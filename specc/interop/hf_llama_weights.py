@@ -13,7 +13,7 @@ import re
 
 from ..ir.graph import LayerGraph
 from .family import BLOCK, attention_sizes, prefix, rules_for
-from .plan import Plan, Rule, ShapeT, concat, copy, part, stacked
+from .weight_map import Plan, Rule, ShapeT, concat, copy, part, stacked
 
 # specc block norm → HF names, first present wins: Gemma 2/3 call the pre-MLP norm pre_feedforward_layernorm
 # and use post_attention_layernorm for the norm after attention (sandwich), as OLMo-2 does (output placement)

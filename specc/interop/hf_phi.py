@@ -13,7 +13,7 @@ from . import hf_decoder as dec
 from .family import BLOCK, Family, attention_sizes, prefix, rules_for
 from .hf_config import HFConfig
 from .hf_rope import position
-from .plan import Plan, Rule, ShapeT, concat, copy
+from .weight_map import Plan, Rule, ShapeT, concat, copy
 
 _BLOCK = {"norm1": "input_layernorm", "attn.out": "self_attn.dense", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
 

@@ -28,10 +28,11 @@ import numpy as np
 
 from ... import read
 from ...errors import SpecError
-from ...interop import checkpoint, tensor_ops
-from ...interop import plan as plans
-from ...interop.checkpoint import TensorInfo
+from ...interop import safetensors_read as checkpoint
+from ...interop import tensor_ops
+from ...interop import weight_map as plans
 from ...interop.names import hf_family
+from ...interop.safetensors_read import TensorInfo
 from ...ir.graph import LayerGraph
 from .recipes import CHUNK_BYTES, Param
 
