@@ -259,6 +259,9 @@ def phi3(s: Any) -> dict[str, Any]:
     cfg = {**_sizes(s), "rms_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings, **_swiglu(s.mlp)}
     cfg.update(sliding_window=window, rope_parameters=rope_parameters(s.position, partial=True))
     cfg["pad_token_id"] = None  # Phi3Config's default (32000) is outside small vocabularies
+    original = cfg["rope_parameters"].get("original_max_position_embeddings")
+    if original is not None:  # Phi-3 reads the top-level field (its default is 4096)
+        cfg["original_max_position_embeddings"] = original
     return cfg
 
 

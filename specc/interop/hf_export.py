@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,7 @@ def export_hf(
         (stage / "config.json").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
         plain = {k: v.detach().contiguous().clone() for k, v in tensors.items()}
         save_file(plain, str(stage / "model.safetensors"), metadata={"format": "pt"})
+        os.chmod(stage / "model.safetensors", stat.S_IMODE(os.stat(stage / "config.json").st_mode))  # as a new file
     except BaseException:
         discard_stage(stage)
         raise
