@@ -106,6 +106,8 @@ def _difference(want: LayerGraph, got: LayerGraph) -> tuple[tuple[str | int, ...
     for x, y in zip(ops_a, ops_b, strict=True):
         if x != y:
             path = _BLAME.get(x["kind"], ("mlp",) if ".mlp." in x["name"] else ("kind",))
+            if x["attrs"].get("bias") != y["attrs"].get("bias"):
+                path = ("bias",)
             return path, f"{x['name']} as the spec has it ({_first_diff(x, y)})"
     return None
 
