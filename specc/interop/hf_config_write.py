@@ -346,13 +346,20 @@ def bert(s: Any) -> dict[str, Any]:
         "vocab_size": s.vocab_size,
         "max_position_embeddings": s.context,
         "type_vocab_size": s.type_vocab_size,
+        **_bert_sizes(s),
+        "tie_word_embeddings": s.tie_embeddings,
+    }
+
+
+def _bert_sizes(s: Any) -> dict[str, Any]:
+    """The sizes BERT and ViT configs name alike."""
+    return {
         "hidden_size": s.d_model,
         "num_hidden_layers": s.blocks,
         "num_attention_heads": s.attention.heads,
         "intermediate_size": s.mlp.hidden,
         "hidden_act": _act(s.mlp.activation, ("mlp", "activation")),
         "layer_norm_eps": s.norm.eps,
-        "tie_word_embeddings": s.tie_embeddings,
     }
 
 
@@ -364,12 +371,7 @@ def vit(s: Any) -> dict[str, Any]:
         "image_size": s.image.size,
         "patch_size": s.image.patch,
         "num_channels": s.image.channels,
-        "hidden_size": s.d_model,
-        "num_hidden_layers": s.blocks,
-        "num_attention_heads": s.attention.heads,
-        "intermediate_size": s.mlp.hidden,
-        "hidden_act": _act(s.mlp.activation, ("mlp", "activation")),
-        "layer_norm_eps": s.norm.eps,
+        **_bert_sizes(s),
         "qkv_bias": _bias(s, "qkv"),
     }
     if s.head == "classifier":
