@@ -114,6 +114,10 @@ def _swiglu(mlp: Any, path: tuple[str | int, ...] = ("mlp",)) -> dict[str, Any]:
     return {"intermediate_size": mlp.hidden, "hidden_act": _act(mlp.activation, (*path, "activation"))}
 
 
+def _moe_activation(mlp: Any) -> str:
+    return mlp.activation or ("silu" if mlp.expert == "swiglu" else "gelu")  # the schema's defaults
+
+
 def _layer_types(s: Any) -> list[str]:
     return ["sliding_attention" if _window(layer) else "full_attention" for layer in _layers(s)]
 
@@ -163,7 +167,7 @@ def llama(s: Any, arch: str) -> dict[str, Any]:
         m = s.mlp
         need(m.type == "moe" and m.expert == "swiglu", ("mlp", "type"), "a dense MLP (Mixtral's is MoE)")
         need(m.router.normalize and m.shared is None, ("mlp", "router"), "Mixtral's router (normalised, unshared)")
-        cfg.update(intermediate_size=m.hidden, hidden_act=_act(m.activation, ("mlp", "activation")))
+        cfg.update(intermediate_size=m.hidden, hidden_act=_act(_moe_activation(m), ("mlp", "activation")))
         cfg.update(num_local_experts=m.experts, num_experts_per_tok=m.active, router_jitter_noise=m.router.jitter)
         cfg["router_aux_loss_coef"] = m.router.aux_loss_coef
     else:
@@ -198,7 +202,7 @@ def qwen(s: Any, arch: str) -> dict[str, Any]:
     need(bool(moe), ("mlp", "type"), "a dense model (the class is MoE)")
     m = layers[moe[0]].mlp
     dense = [layer.mlp for layer in layers if layer.mlp.type != "moe"]
-    cfg.update(_swiglu(dense[0]) if dense else {"hidden_act": _act(m.activation, ("mlp", "activation"))})
+    cfg.update(_swiglu(dense[0]) if dense else {"hidden_act": _act(_moe_activation(m), ("mlp", "activation"))})
     cfg.setdefault("intermediate_size", m.hidden)
     cfg.update(num_experts=m.experts, num_experts_per_tok=m.active, moe_intermediate_size=m.hidden)
     cfg.update(norm_topk_prob=m.router.normalize, router_aux_loss_coef=m.router.aux_loss_coef)

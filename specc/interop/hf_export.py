@@ -22,7 +22,7 @@ from ..ir.graph import LayerGraph
 from ..ir.lower import lower
 from ..spec.yaml_source import Located
 from . import weight_map
-from .hf_config_write import CANDIDATES, Inexpressible, config
+from .hf_config_write import CANDIDATES, WRITERS, Inexpressible, config
 from .hf_import import import_hf
 from .registry import by_architecture
 
@@ -46,11 +46,7 @@ def choose(spec: Any, doc: Located | None = None) -> tuple[str, dict[str, Any]]:
     if kind not in CANDIDATES:
         kinds = ", ".join(CANDIDATES)
         raise _refusal(doc, ("kind",), f"Hugging Face has no class for a {kind} model (export-hf writes {kinds})")
-    named = re.search(r"Hugging Face (\w+)", spec.source or "")
-    order = list(CANDIDATES[kind])
-    if named and named.group(1) in order:
-        order.remove(named.group(1))
-        order.insert(0, named.group(1))
+    order = _order(spec)
     reasons: list[tuple[str, tuple[str | int, ...], str]] = []
     for arch in order:
         try:
@@ -65,6 +61,17 @@ def choose(spec: Any, doc: Located | None = None) -> tuple[str, dict[str, Any]]:
     arch, path, message = reasons[0]
     others = f" (nor do {', '.join(a for a, _, _ in reasons[1:4])}{' ...' if len(reasons) > 4 else ''})"
     raise _refusal(doc, path, f"{arch} cannot express {message}{others if len(reasons) > 1 else ''}")
+
+
+def _order(spec: Any) -> list[str]:
+    """The classes to try: the one the spec was imported from, then those whose model type its name or source
+    mentions (longest first: phi3 before phi), then the rest of its kind in their usual order."""
+    order = list(CANDIDATES[spec.kind])
+    text = f"{spec.name} {spec.source or ''}".lower().replace("-", "")
+    mentioned = sorted((a for a in order if WRITERS[a][0].replace("_", "") in text), key=lambda a: -len(WRITERS[a][0]))
+    named = re.search(r"Hugging Face (\w+)", spec.source or "")
+    first = [named.group(1)] if named and named.group(1) in order else []
+    return list(dict.fromkeys([*first, *mentioned, *order]))
 
 
 def _refusal(doc: Located | None, path: tuple[str | int, ...], message: str) -> SpecError:
