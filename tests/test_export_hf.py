@@ -133,7 +133,45 @@ _SPECS: dict[str, dict[str, Any]] = {
         "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": True},
         "init": {"std": 0.3},
     },
+    "vit": {
+        "kind": "vit",
+        "image": {"size": 16, "patch": 4, "channels": 3},
+        "head": "classifier",
+        "classes": 5,
+        "d_model": 32,
+        "blocks": 2,
+        "attention": {"heads": 4, "mask": "none"},
+        "norm": {"type": "layernorm", "placement": "pre", "eps": 1e-12},
+        "mlp": {"type": "classic", "hidden": 48, "activation": "gelu"},
+        "position": "learned",
+        "bias": True,
+        "init": {"std": 0.3},
+    },
+    "seq2seq-marian": {
+        "kind": "encoder_decoder",
+        "vocab_size": 64,
+        "context": 32,
+        "d_model": 32,
+        "blocks": {"encoder": 1, "decoder": 2},
+        "attention": {"heads": 4, "mask": "padding"},
+        "norm": {"type": "layernorm", "placement": "post", "eps": 1e-5},
+        "mlp": {"type": "classic", "hidden": 48, "activation": "silu"},
+        "position": "sinusoidal",
+        "bias": True,
+        "embedding_scale": "sqrt_d_model",
+        "init": {"std": 0.3},
+    },
 }
+
+
+def _spec_inputs(kind: str) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    if kind == "vit":
+        return {"pixel_values": torch.randn(2, 3, 16, 16, generator=g)}
+    x = {"input_ids": torch.randint(0, 63, (2, 9), generator=g)}
+    if kind == "encoder_decoder":
+        x["decoder_input_ids"] = torch.randint(0, 63, (2, 5), generator=g)
+    return x
 
 
 @pytest.mark.parametrize("name", list(_SPECS))
@@ -146,10 +184,10 @@ def test_spec_exports_to_what_build_torch_computes(cli, name: str, tmp_path: Pat
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     back = getattr(transformers, config["architectures"][0]).from_pretrained(tmp_path / "out").eval()
     model = specc.build_torch(specc.load_spec(spec_file))
-    ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(0))
+    x = _spec_inputs(_SPECS[name]["kind"])
     with torch.no_grad():
-        want = torch.as_tensor(model.run({"input_ids": ids})["logits"])
-    _close(_hf_out(back, {"input_ids": ids}), want, name)
+        want = torch.as_tensor(model.run(dict(x))["logits"])
+    _close(_hf_out(back, x), want, name)
     assert f"wrote {tmp_path / 'out'}" in stdout
 
 

@@ -44,6 +44,13 @@ def test_table_runs_backwards_then_forwards_to_the_same_parameters(case: Case, t
     assert all(torch.equal(back[k], params[k]) for k in params)
 
 
+def test_model_py_engine_knows_every_operation_a_table_uses() -> None:
+    """standalone model.py's loader (HOW) implements the same operations as tensor_ops' engine."""
+    from specc.backends.torch.standalone_names import HOW
+
+    assert set(HOW) == set(ops.OPS)
+
+
 def test_a_parameter_no_row_names_is_an_error_naming_it() -> None:
     g = specc.lower(specc.load_spec("gpt2"))
     table = Table("Tiny", {"embed.weight": "wte.weight"})
