@@ -223,11 +223,8 @@ def reverse(plan: Plan, params: Mapping[str, Any], present: set[str]) -> dict[st
             problems.append(f"{target}: the class has none of {', '.join(options[0].sources[:3])}")
             continue
         value = params[target]
-        if target in plan.after:
-            name, *args = plan.after[target]
-            value = ops.deinterleave(value, *args) if name == "interleave" else None
-            if value is None:
-                raise KeyError(f"no inverse for reordering {name!r}")
+        if target in plan.after:  # undo the reordering first: it was applied last
+            value = ops.unapply(plan.after[target], value, (ops.shape(value),))[0]
         for src, got in zip(rule.sources, ops.unapply(rule.op, value, rule.expect), strict=True):
             if isinstance(got, ops.Part):
                 parts.setdefault(src, []).append(got)
