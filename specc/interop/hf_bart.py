@@ -64,12 +64,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "shared_embeddings": shared,
         "tie_embeddings": tie,
         "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": True},  # head: final_logits_bias
-        "dropout": {
-            "embedding": cfg.dropout("dropout"),
-            "attention": cfg.dropout("attention_dropout"),
-            "residual": cfg.dropout("dropout"),
-        },
-        "init": {"std": cfg.number("init_std", 0.02), "scaled_residual": False},
+        **cfg.training(std="init_std", embedding="dropout", attention="attention_dropout", residual="dropout"),
     }
     if target != vocab:
         out["target_vocab_size"] = target

@@ -45,12 +45,9 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "head_activation": act,
         "tie_embeddings": cfg.flag("tie_word_embeddings", True),
         "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": head == "mlm"},
-        "dropout": {
-            "embedding": cfg.dropout("hidden_dropout_prob"),
-            "attention": cfg.dropout("attention_probs_dropout_prob"),
-            "residual": cfg.dropout("hidden_dropout_prob"),
-        },
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(
+            embedding="hidden_dropout_prob", attention="attention_probs_dropout_prob", residual="hidden_dropout_prob"
+        ),
     }
 
 

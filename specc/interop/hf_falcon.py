@@ -65,8 +65,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "position": position(cfg),
         "bias": {"qkv": bias, "out": bias, "mlp": bias, "norm": True, "head": False},
         "tie_embeddings": cfg.flag("tie_word_embeddings", True),
-        "dropout": {"attention": cfg.dropout("attention_dropout"), "residual": cfg.dropout("hidden_dropout")},
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(attention="attention_dropout", residual="hidden_dropout"),
     }
     if parallel != "none":
         doc["parallel"] = parallel

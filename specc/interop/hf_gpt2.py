@@ -62,12 +62,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "position": "learned",
         "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": False},
         "tie_embeddings": cfg.flag("tie_word_embeddings", True),
-        "dropout": {
-            "embedding": cfg.dropout("embd_pdrop"),
-            "attention": cfg.dropout("attn_pdrop"),
-            "residual": cfg.dropout("resid_pdrop"),
-        },
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": True},
+        **cfg.training(True, embedding="embd_pdrop", attention="attn_pdrop", residual="resid_pdrop"),
     }
 
 

@@ -39,12 +39,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "position": {"type": "rotary", "theta": 10000.0, "fraction": rotary / (d // heads), "rotation": "interleaved"},
         "bias": {"qkv": False, "out": False, "mlp": True, "norm": True, "head": True},
         "tie_embeddings": cfg.flag("tie_word_embeddings", False),
-        "dropout": {
-            "embedding": cfg.dropout("embd_pdrop"),
-            "attention": cfg.dropout("attn_pdrop"),
-            "residual": cfg.dropout("resid_pdrop"),
-        },
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(embedding="embd_pdrop", attention="attn_pdrop", residual="resid_pdrop"),
     }
 
 

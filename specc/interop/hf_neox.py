@@ -50,8 +50,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "position": _rotary(cfg),
         "bias": {"qkv": bias, "out": bias, "mlp": True, "norm": True, "head": False},
         "tie_embeddings": cfg.flag("tie_word_embeddings", False),
-        "dropout": {"attention": cfg.dropout("attention_dropout"), "residual": cfg.dropout("hidden_dropout")},
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(attention="attention_dropout", residual="hidden_dropout"),
     }
     if cfg.flag("use_parallel_residual", True):
         doc["parallel"] = "separate_norms"

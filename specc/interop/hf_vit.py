@@ -56,12 +56,9 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "mlp": {"type": "classic", "hidden": cfg.positive_int("intermediate_size"), "activation": act},
         "position": "learned",
         "bias": {"qkv": cfg.flag("qkv_bias", True), "out": True, "mlp": True, "norm": True, "head": True},
-        "dropout": {
-            "embedding": cfg.dropout("hidden_dropout_prob"),
-            "attention": cfg.dropout("attention_probs_dropout_prob"),
-            "residual": cfg.dropout("hidden_dropout_prob"),
-        },
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(
+            embedding="hidden_dropout_prob", attention="attention_probs_dropout_prob", residual="hidden_dropout_prob"
+        ),
     }
 
 
