@@ -150,7 +150,13 @@ def gpt2(s: Any) -> dict[str, Any]:
         "layer_norm_epsilon": s.norm.eps,
         "scale_attn_weights": a.scale is None,
         "tie_word_embeddings": s.tie_embeddings,
+        **_no_outside_ids(s.vocab_size),
     }
+
+
+def _no_outside_ids(vocab: int) -> dict[str, Any]:
+    """GPT-2 and GPT-J configs default their bos / eos ids to 50256: none where the vocabulary is smaller."""
+    return {"bos_token_id": None, "eos_token_id": None} if vocab <= 50256 else {}
 
 
 def llama(s: Any, arch: str) -> dict[str, Any]:
@@ -312,6 +318,7 @@ def gptj(s: Any) -> dict[str, Any]:
         "activation_function": _act(s.mlp.activation, ("mlp", "activation")),
         "layer_norm_epsilon": s.norm.eps,
         "tie_word_embeddings": s.tie_embeddings,
+        **_no_outside_ids(s.vocab_size),
     }
 
 
