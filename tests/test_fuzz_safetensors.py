@@ -22,7 +22,7 @@ import specc
 from specc import SpecError
 from specc.backends.torch.checkpoint import compile_checkpoint, read_spec
 from specc.cli import run
-from specc.interop import checkpoint
+from specc.interop import safetensors_read as checkpoint
 from specc.train import checkpoint as TC
 
 FUZZ = settings(

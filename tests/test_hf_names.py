@@ -209,7 +209,7 @@ def test_marian_weights_are_permuted_along_the_residual_stream(tmp_path: Path) -
 
 
 def test_sharded_checkpoints_read_through_their_index(cli, tmp_path: Path) -> None:
-    from specc.interop import checkpoint
+    from specc.interop import safetensors_read as checkpoint
 
     model = build(BY_ID["llama-gqa"])
     model.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")

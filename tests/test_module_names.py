@@ -18,14 +18,12 @@ KNOWN_SHARED: dict[str, frozenset[str]] = {
     "checkpoint": frozenset(
         {
             "specc/backends/torch/checkpoint.py",
-            "specc/interop/checkpoint.py",
             "specc/parallel/checkpoint.py",
             "specc/train/checkpoint.py",
         }
     ),
     "model": frozenset({"specc/train/model.py", "specc/backends/torch/layers/model.py"}),
     "parallel": frozenset({"specc/parallel", "specc/analysis/parallel"}),
-    "plan": frozenset({"specc/interop/plan.py", "specc/parallel/plan.py"}),
     "rope": frozenset({"specc/interop/rope.py", "specc/backends/torch/layers/rope.py"}),
 }
 

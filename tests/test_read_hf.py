@@ -16,7 +16,8 @@ from test_read_files import CLI, fifo, one_line
 
 import specc
 from specc import SpecError
-from specc.interop import checkpoint, import_hf
+from specc.interop import import_hf
+from specc.interop import safetensors_read as checkpoint
 
 GPT2 = {
     "architectures": ["GPT2LMHeadModel"],

@@ -23,7 +23,7 @@ import specc
 from specc.backends.torch import write_model_py
 from specc.backends.torch.standalone_names import hf_plan
 from specc.interop import import_hf
-from specc.interop import plan as plans
+from specc.interop import weight_map as plans
 from specc.interop.names import to_specc_names
 
 pytest.importorskip("transformers")

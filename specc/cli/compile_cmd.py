@@ -17,7 +17,7 @@ def weight_files(weights: Path | None) -> list[tuple[Path, str]]:
     if weights is None:
         return []
     from ..errors import SpecError
-    from ..interop import checkpoint
+    from ..interop import safetensors_read as checkpoint
 
     role = f"the weights {weights}"
     try:

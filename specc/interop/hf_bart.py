@@ -9,26 +9,18 @@ packed ``cross_attn.kv``.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from ..errors import SpecError
 from ..ir.graph import LayerGraph
-from .family import BLOCK, Family, attention_sizes, prefix, rules_for
+from .family import Family
 from .hf_config import HFConfig
-from .plan import Plan, Rule, ShapeT, concat, copy, rows_from, squeezed
+from .name_table import Table, tied_head
+from .name_table import plan as table_plan
+from .weight_map import Plan
 
 BART_POSITION_OFFSET = 2
-
-_BLOCK = {
-    "attn.out": "self_attn.out_proj",
-    "norm1": "self_attn_layer_norm",
-    "cross_attn.q": "encoder_attn.q_proj",
-    "cross_attn.out": "encoder_attn.out_proj",
-    "norm_cross": "encoder_attn_layer_norm",
-    "mlp.fc1": "fc1",
-    "mlp.fc2": "fc2",
-    "norm2": "final_layer_norm",
-}
 
 
 def _same(cfg: HFConfig, a: str, b: str) -> int:
@@ -72,12 +64,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "shared_embeddings": shared,
         "tie_embeddings": tie,
         "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": True},  # head: final_logits_bias
-        "dropout": {
-            "embedding": cfg.dropout("dropout"),
-            "attention": cfg.dropout("attention_dropout"),
-            "residual": cfg.dropout("dropout"),
-        },
-        "init": {"std": cfg.number("init_std", 0.02), "scaled_residual": False},
+        **cfg.training(std="init_std", embedding="dropout", attention="attention_dropout", residual="dropout"),
     }
     if target != vocab:
         out["target_vocab_size"] = target
@@ -98,52 +85,48 @@ def detect(names: set[str]) -> bool:
     return any(re.fullmatch(r"(model\.)?decoder\.layers\.\d+\.encoder_attn\.q_proj\.weight", n) for n in names)
 
 
+_L = "{p}{s}.layers.*."
+TABLE = Table(
+    "BART/Marian",
+    {
+        "lm_head.weight": "lm_head.weight",
+        "lm_head.bias": ("squeeze", "final_logits_bias"),
+        "decoder.embed.weight": "{p}decoder.embed_tokens.weight",
+        "{s}.pos.weight": (("rows", BART_POSITION_OFFSET), "{p}{s}.embed_positions.weight"),
+        "{s}.embed_norm.{k}": "{p}{s}.layernorm_embedding.{k}",
+        "{s}.norm_f.{k}": "{p}{s}.layer_norm.{k}",
+        "{s}.blocks.*.attn.qkv.{k}": ("cat", *(f"{_L}self_attn.{x}_proj.{{k}}" for x in "qkv")),
+        "{s}.blocks.*.attn.out.{k}": f"{_L}self_attn.out_proj.{{k}}",
+        "{s}.blocks.*.norm1.{k}": f"{_L}self_attn_layer_norm.{{k}}",
+        "{s}.blocks.*.cross_attn.q.{k}": f"{_L}encoder_attn.q_proj.{{k}}",
+        "{s}.blocks.*.cross_attn.kv.{k}": ("cat", *(f"{_L}encoder_attn.{x}_proj.{{k}}" for x in "kv")),
+        "{s}.blocks.*.cross_attn.out.{k}": f"{_L}encoder_attn.out_proj.{{k}}",
+        "{s}.blocks.*.norm_cross.{k}": f"{_L}encoder_attn_layer_norm.{{k}}",
+        "{s}.blocks.*.mlp.fc1.{k}": f"{_L}fc1.{{k}}",
+        "{s}.blocks.*.mlp.fc2.{k}": f"{_L}fc2.{{k}}",
+        "{s}.blocks.*.norm2.{k}": f"{_L}final_layer_norm.{{k}}",
+    },
+    prefix="model.",
+)
+
+
 def plan(g: LayerGraph, names: set[str]) -> Plan:
-    p = prefix(names, "model.")
-    shared = g.op("decoder.embed").attrs.tied_to is not None
+    shared = tied_head(g, "decoder.embed")
     learned = g.op("encoder.pos").kind == "learned_pos" if "encoder.pos" in g.graph else False
-
-    def make(target: str, shape: ShapeT) -> Rule | list[Rule] | None:
-        local, kind = target.rsplit(".", 1)
-        if target == "lm_head.weight":
-            return copy("lm_head.weight", shape)
-        if target == "lm_head.bias":
-            return squeezed("final_logits_bias", shape)
-        if target == "encoder.embed.weight":
-            own, common = copy(f"{p}encoder.embed_tokens.weight", shape), copy(f"{p}shared.weight", shape)
-            return [common, own] if shared else [own, common]
-        if target == "decoder.embed.weight":
-            return copy(f"{p}decoder.embed_tokens.weight", shape)
-        stack, _, rest = local.partition(".")
-        if rest == "pos":
-            return rows_from(f"{p}{stack}.embed_positions.weight", shape, BART_POSITION_OFFSET)
-        if rest in ("embed_norm", "norm_f"):
-            return copy(f"{p}{stack}.{'layernorm_embedding' if rest == 'embed_norm' else 'layer_norm'}.{kind}", shape)
-        m = BLOCK.fullmatch(local)
-        if not m:
-            return None
-        layer, part_name = f"{p}{m.group(1)}.layers.{m.group(2)}", m.group(3)
-        if part_name in ("attn.qkv", "cross_attn.kv"):
-            attn = "self_attn" if part_name == "attn.qkv" else "encoder_attn"
-            xs = "qkv" if part_name == "attn.qkv" else "kv"
-            return concat([f"{layer}.{attn}.{x}_proj.{kind}" for x in xs], shape, attention_sizes(g, target))
-        return copy(f"{layer}.{_BLOCK[part_name]}.{kind}", shape) if part_name in _BLOCK else None
-
-    tied_head = g.op("lm_head").attrs.tied_to
-    head = ("lm_head.weight",) if tied_head else ()
+    own, common = "{p}encoder.embed_tokens.weight", "{p}shared.weight"
+    rows = {"encoder.embed.weight": [common, own] if shared else [own, common], **TABLE.rows}
+    head = ("lm_head.weight",) if tied_head(g) else ()
     if shared:  # one table: shared, both stacks' embed_tokens and (tied) the head
-        tied = [(f"{p}shared.weight", f"{p}encoder.embed_tokens.weight", f"{p}decoder.embed_tokens.weight", *head)]
+        tied = (("{p}shared.weight", "{p}encoder.embed_tokens.weight", "{p}decoder.embed_tokens.weight", *head),)
     else:
-        tied = [(f"{p}decoder.embed_tokens.weight", *head)]
-
+        tied = (("{p}decoder.embed_tokens.weight", *head),)
     # Marian's fixed sinusoid tables are recomputed by specc; untied BART keeps a ``shared`` table neither stack
     # reads (when a stack reads it, it is used, not ignored)
-    ignore = [] if learned else [r"embed_positions\.weight$"]
-    ignore += [] if shared else [f"^{re.escape(p)}shared\\.weight$"]
-    rules = rules_for(g, "BART/Marian", make)
+    ignore = () if learned else (r"embed_positions\.weight$",)
+    ignore += () if shared else (r"^{p}shared\.weight$",)
     sinusoids = "encoder.pos" in g.graph and g.op("encoder.pos").kind == "sinusoidal_pos"
-    after = marian_interleaving(g, list(rules)) if sinusoids else {}
-    return Plan("BART/Marian", rules, tied=tied, ignore="|".join(ignore), after=after)
+    after = marian_interleaving(g, list(g.params())) if sinusoids else {}
+    return table_plan(replace(TABLE, rows=rows, tied=tied, ignore=ignore, after=after), g, names)
 
 
 # ------------------------------------------------------------------------------------------ Marian positions

@@ -5,28 +5,16 @@ query/key/value → packed qkv, post-norm ``LayerNorm`` (or old ``gamma``/``beta
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from ..ir.graph import LayerGraph
-from .family import BLOCK, Family, attention_sizes, prefix, rules_for
+from .family import Family
 from .hf_config import HFConfig
-from .plan import Plan, Rule, ShapeT, concat, copy
+from .name_table import Table
+from .name_table import plan as table_plan
+from .weight_map import Plan
 
-_BLOCK = {
-    "attn.out": "attention.output.dense",
-    "norm1": "attention.output.LayerNorm",
-    "mlp.fc1": "intermediate.dense",
-    "mlp.fc2": "output.dense",
-    "norm2": "output.LayerNorm",
-}
-_TOP = {
-    "embed": "embeddings.word_embeddings",
-    "pos": "embeddings.position_embeddings",
-    "token_type": "embeddings.token_type_embeddings",
-    "embed_norm": "embeddings.LayerNorm",
-    "pooler.dense": "pooler.dense",
-}
-_HEAD = {"mlm.transform": "cls.predictions.transform.dense", "mlm.norm": "cls.predictions.transform.LayerNorm"}
 _HEADS = {"BertModel": "pooled", "BertForMaskedLM": "mlm"}
 
 
@@ -57,12 +45,9 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "head_activation": act,
         "tie_embeddings": cfg.flag("tie_word_embeddings", True),
         "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": head == "mlm"},
-        "dropout": {
-            "embedding": cfg.dropout("hidden_dropout_prob"),
-            "attention": cfg.dropout("attention_probs_dropout_prob"),
-            "residual": cfg.dropout("hidden_dropout_prob"),
-        },
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(
+            embedding="hidden_dropout_prob", attention="attention_probs_dropout_prob", residual="hidden_dropout_prob"
+        ),
     }
 
 
@@ -70,50 +55,42 @@ def detect(names: set[str]) -> bool:
     return any(re.fullmatch(r"(bert\.)?encoder\.layer\.\d+\.attention\.self\.query\.weight", n) for n in names)
 
 
-def _norm_or_old(src: str, kind: str, shape: ShapeT) -> list[Rule]:
-    """LayerNorm ``weight``/``bias``, or ``gamma``/``beta`` in checkpoints from TF conversions."""
-    old = {"weight": "gamma", "bias": "beta"}[kind]
-    return [copy(f"{src}.{kind}", shape), copy(f"{src}.{old}", shape)]
+_LN = ("{k}", "{tf}")  # LayerNorm weight / bias, or gamma / beta in checkpoints from TF conversions
+_L = "{p}encoder.layer.*."
+TABLE = Table(
+    "BERT",
+    {
+        "lm_head.bias": ["cls.predictions.bias", "cls.predictions.decoder.bias"],
+        "lm_head.weight": "cls.predictions.decoder.weight",
+        "embed.weight": "{p}embeddings.word_embeddings.weight",
+        "pos.weight": "{p}embeddings.position_embeddings.weight",
+        "token_type.weight": "{p}embeddings.token_type_embeddings.weight",
+        "embed_norm.{k}": [f"{{p}}embeddings.LayerNorm.{x}" for x in _LN],
+        "pooler.dense.{k}": "{p}pooler.dense.{k}",
+        "mlm.transform.{k}": "cls.predictions.transform.dense.{k}",
+        "mlm.norm.{k}": [f"cls.predictions.transform.LayerNorm.{x}" for x in _LN],
+        "blocks.*.attn.qkv.{k}": ("cat", *(f"{_L}attention.self.{x}.{{k}}" for x in ("query", "key", "value"))),
+        "blocks.*.attn.out.{k}": f"{_L}attention.output.dense.{{k}}",
+        "blocks.*.norm1.{k}": [f"{_L}attention.output.LayerNorm.{x}" for x in _LN],
+        "blocks.*.mlp.fc1.{k}": f"{_L}intermediate.dense.{{k}}",
+        "blocks.*.mlp.fc2.{k}": f"{_L}output.dense.{{k}}",
+        "blocks.*.norm2.{k}": [f"{_L}output.LayerNorm.{x}" for x in _LN],
+    },
+    prefix="bert.",
+    ignore=(r"embeddings\.(position_ids|token_type_ids)$",),
+)
 
 
 def plan(g: LayerGraph, names: set[str]) -> Plan:
-    p = prefix(names, "bert.")
-
-    def make(target: str, shape: ShapeT) -> Rule | list[Rule] | None:
-        local, kind = target.rsplit(".", 1)
-        if target == "lm_head.bias":
-            return [copy("cls.predictions.bias", shape), copy("cls.predictions.decoder.bias", shape)]
-        if target == "lm_head.weight":
-            return copy("cls.predictions.decoder.weight", shape)
-        src = f"{p}{_TOP[local]}" if local in _TOP else _HEAD.get(local)
-        m = BLOCK.fullmatch(local)
-        if m:
-            layer, rest = f"{p}encoder.layer.{m.group(2)}", m.group(3)
-            if rest == "attn.qkv":
-                split = [f"{layer}.attention.self.{x}.{kind}" for x in ("query", "key", "value")]
-                return concat(split, shape, attention_sizes(g, target))
-            src = f"{layer}.{_BLOCK[rest]}" if rest in _BLOCK else None
-        if src is None:
-            return None
-        return _norm_or_old(src, kind, shape) if src.endswith("LayerNorm") else copy(f"{src}.{kind}", shape)
-
     built = set(g.params())
     tied = [("cls.predictions.bias", "cls.predictions.decoder.bias")]
     if "lm_head.weight" not in built and "lm_head.bias" in built:
-        tied.append((f"{p}embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"))
-
+        tied.append(("{p}embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"))
     # heads of other BERT classes: next-sentence prediction, pooler or MLM when the spec lacks them
     dropped = [r"^cls\.seq_relationship\."]
-    dropped += [f"^{re.escape(p)}pooler\\."] if "pooler.dense.weight" not in built else []
+    dropped += [r"^{p}pooler\."] if "pooler.dense.weight" not in built else []
     dropped += [r"^cls\.predictions\."] if "mlm.transform.weight" not in built else []
-
-    return Plan(
-        "BERT",
-        rules_for(g, "BERT", make),
-        tied=tied,
-        ignore=r"embeddings\.(position_ids|token_type_ids)$",
-        dropped="|".join(dropped),
-    )
+    return table_plan(replace(TABLE, tied=tuple(tied), dropped=tuple(dropped)), g, names)
 
 
 FAMILY = Family("BERT", tuple(_HEADS), ("bert",), ("encoder",), spec, detect, plan)

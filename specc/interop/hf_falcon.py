@@ -7,22 +7,16 @@ q/k/v. ALiBi is refused.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from ..ir.graph import LayerGraph
-from .family import BLOCK, Family, prefix, rules_for
+from .family import Family
 from .hf_config import HFConfig
-from .hf_fused_qkv import fused_rule
 from .hf_rope import position
-from .plan import Plan, Rule, ShapeT, copy
-
-_BLOCK = {
-    "attn.out": ("self_attention.dense",),
-    "mlp.fc1": ("mlp.dense_h_to_4h",),
-    "mlp.fc2": ("mlp.dense_4h_to_h",),
-    "norm1": ("input_layernorm", "ln_attn"),
-    "norm2": ("post_attention_layernorm", "ln_mlp"),
-}
+from .name_table import Table, tied_head
+from .name_table import plan as table_plan
+from .weight_map import Plan
 
 
 def _layout(cfg: HFConfig) -> tuple[str, dict[str, Any]]:
@@ -71,8 +65,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "position": position(cfg),
         "bias": {"qkv": bias, "out": bias, "mlp": bias, "norm": True, "head": False},
         "tie_embeddings": cfg.flag("tie_word_embeddings", True),
-        "dropout": {"attention": cfg.dropout("attention_dropout"), "residual": cfg.dropout("hidden_dropout")},
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(attention="attention_dropout", residual="hidden_dropout"),
     }
     if parallel != "none":
         doc["parallel"] = parallel
@@ -83,34 +76,29 @@ def detect(names: set[str]) -> bool:
     return any(re.fullmatch(r"(transformer\.)?h\.\d+\.self_attention\.query_key_value\.weight", n) for n in names)
 
 
+TABLE = Table(
+    "Falcon",
+    {
+        "lm_head.{k}": "lm_head.{k}",
+        "embed.weight": "{p}word_embeddings.weight",
+        "norm_f.{k}": "{p}ln_f.{k}",
+        # per KV group [q.., k, v]: with one group (multi-query) that is specc's order, with a group per head
+        # (multi-head) it is the per-head layout [q_h, k_h, v_h]
+        "blocks.*.attn.qkv.{k}": (("regroup", "per_group"), "{p}h.*.self_attention.query_key_value.{k}"),
+        "blocks.*.attn.out.{k}": "{p}h.*.self_attention.dense.{k}",
+        "blocks.*.mlp.fc1.{k}": "{p}h.*.mlp.dense_h_to_4h.{k}",
+        "blocks.*.mlp.fc2.{k}": "{p}h.*.mlp.dense_4h_to_h.{k}",
+        "blocks.*.norm1.{k}": ["{p}h.*.input_layernorm.{k}", "{p}h.*.ln_attn.{k}"],
+        "blocks.*.norm2.{k}": ["{p}h.*.post_attention_layernorm.{k}", "{p}h.*.ln_mlp.{k}"],
+    },
+    prefix="transformer.",
+    ignore=(r"rotary_emb\.inv_freq$",),
+)
+
+
 def plan(g: LayerGraph, names: set[str]) -> Plan:
-    p = prefix(names, "transformer.")
-
-    def make(target: str, shape: ShapeT) -> Rule | list[Rule] | None:
-        local, kind = target.rsplit(".", 1)
-        if local == "lm_head":
-            return copy(target, shape)
-        if local in ("embed", "norm_f"):
-            return copy(f"{p}{'word_embeddings' if local == 'embed' else 'ln_f'}.{kind}", shape)
-        m = BLOCK.fullmatch(local)
-        if not m:
-            return None
-        hf, part_name = f"{p}h.{m.group(2)}", m.group(3)
-        if part_name == "attn.qkv":
-            # per KV group [q.., k, v]: with one group (multi-query) that is specc's order, with a group per
-            # head (multi-head) it is the per-head layout [q_h, k_h, v_h]
-            return fused_rule(g, target, f"{hf}.self_attention.query_key_value.{kind}", shape, "per_group")
-        if part_name in _BLOCK:
-            return [copy(f"{hf}.{n}.{kind}", shape) for n in _BLOCK[part_name]]
-        return None
-
-    tied = g.op("lm_head").attrs.tied_to
-    return Plan(
-        "Falcon",
-        rules_for(g, "Falcon", make),
-        tied=[(f"{p}word_embeddings.weight", "lm_head.weight")] if tied else [],
-        ignore=r"rotary_emb\.inv_freq$",
-    )
+    tied = (("{p}word_embeddings.weight", "lm_head.weight"),) if tied_head(g) else ()
+    return table_plan(replace(TABLE, tied=tied), g, names)
 
 
 FAMILY = Family("Falcon", ("FalconForCausalLM",), ("falcon",), ("decoder",), spec, detect, plan)

@@ -7,7 +7,7 @@ q, k, v per group).
 from __future__ import annotations
 
 from ..ir.graph import LayerGraph
-from .plan import Rule, ShapeT, regrouped
+from .weight_map import Rule, ShapeT, regrouped
 
 
 def per_head(heads: int) -> tuple[int, tuple[int, int, int]]:

@@ -81,8 +81,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         bias={"qkv": bias, "out": bias, "mlp": False, "norm": False, "head": False},
         embedding_scale="sqrt_d_model",
         tie_embeddings=cfg.flag("tie_word_embeddings", True),
-        dropout={"attention": cfg.dropout("attention_dropout")},
-        init={"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(attention="attention_dropout"),
     )
     return dec.per_layer(doc, _without_top(layers, doc["position"]))
 

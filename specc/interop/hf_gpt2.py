@@ -3,23 +3,38 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from ..ir.graph import LayerGraph
-from .family import BLOCK, Family, prefix, rules_for
+from .family import Family
 from .hf_config import HFConfig
-from .plan import Plan, Rule, ShapeT, copy, transposed
+from .name_table import Table, tied_head
+from .name_table import plan as table_plan
+from .weight_map import Plan
 
-# specc local name inside a block → (HF name inside ``h.{i}.``, stored as Conv1D [in, out]?)
-_BLOCK = {
-    "norm1": ("ln_1", False),
-    "attn.qkv": ("attn.c_attn", True),
-    "attn.out": ("attn.c_proj", True),
-    "norm2": ("ln_2", False),
-    "mlp.fc1": ("mlp.c_fc", True),
-    "mlp.fc2": ("mlp.c_proj", True),
-}
-_TOP = {"embed": "wte", "pos": "wpe", "norm_f": "ln_f"}
+# specc name ← GPT-2 name (``transformer.`` in task models); Conv1D weights are stored [in, out]: transposed
+TABLE = Table(
+    "GPT-2",
+    {
+        "lm_head.weight": "lm_head.weight",
+        "embed.weight": "{p}wte.weight",
+        "pos.weight": "{p}wpe.weight",
+        "norm_f.{k}": "{p}ln_f.{k}",
+        "blocks.*.norm1.{k}": "{p}h.*.ln_1.{k}",
+        "blocks.*.norm2.{k}": "{p}h.*.ln_2.{k}",
+        "blocks.*.attn.qkv.weight": ("t", "{p}h.*.attn.c_attn.weight"),
+        "blocks.*.attn.qkv.bias": "{p}h.*.attn.c_attn.bias",
+        "blocks.*.attn.out.weight": ("t", "{p}h.*.attn.c_proj.weight"),
+        "blocks.*.attn.out.bias": "{p}h.*.attn.c_proj.bias",
+        "blocks.*.mlp.fc1.weight": ("t", "{p}h.*.mlp.c_fc.weight"),
+        "blocks.*.mlp.fc1.bias": "{p}h.*.mlp.c_fc.bias",
+        "blocks.*.mlp.fc2.weight": ("t", "{p}h.*.mlp.c_proj.weight"),
+        "blocks.*.mlp.fc2.bias": "{p}h.*.mlp.c_proj.bias",
+    },
+    prefix="transformer.",
+    ignore=(r"^({p})?h\.\d+\.attn\.(bias|masked_bias)$",),  # causal-mask tables old checkpoints stored
+)
 
 
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
@@ -47,12 +62,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "position": "learned",
         "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": False},
         "tie_embeddings": cfg.flag("tie_word_embeddings", True),
-        "dropout": {
-            "embedding": cfg.dropout("embd_pdrop"),
-            "attention": cfg.dropout("attn_pdrop"),
-            "residual": cfg.dropout("resid_pdrop"),
-        },
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": True},
+        **cfg.training(True, embedding="embd_pdrop", attention="attn_pdrop", residual="resid_pdrop"),
     }
 
 
@@ -61,29 +71,8 @@ def detect(names: set[str]) -> bool:
 
 
 def plan(g: LayerGraph, names: set[str]) -> Plan:
-    p = prefix(names, "transformer.")
-
-    def make(target: str, shape: ShapeT) -> Rule | None:
-        local, kind = target.rsplit(".", 1)
-        if target == "lm_head.weight":
-            return copy("lm_head.weight", shape)
-        if local in _TOP:
-            return copy(f"{p}{_TOP[local]}.{kind}", shape)
-        m = BLOCK.fullmatch(local)
-        if m and m.group(3) in _BLOCK:
-            hf, conv = _BLOCK[m.group(3)]
-            src = f"{p}h.{m.group(2)}.{hf}.{kind}"
-            return transposed(src, shape) if conv and kind == "weight" else copy(src, shape)
-        return None
-
-    tied = g.op("lm_head").attrs.tied_to
-    return Plan(
-        "GPT-2",
-        rules_for(g, "GPT-2", make),
-        tied=[(f"{p}wte.weight", "lm_head.weight")] if tied else [],
-        # causal-mask tables that old checkpoints stored next to the weights
-        ignore=r"^(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)$",
-    )
+    tied = (("{p}wte.weight", "lm_head.weight"),) if tied_head(g) else ()
+    return table_plan(replace(TABLE, tied=tied), g, names)
 
 
 FAMILY = Family("GPT-2", ("GPT2LMHeadModel",), ("gpt2",), ("decoder",), spec, detect, plan)

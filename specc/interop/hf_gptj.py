@@ -5,14 +5,15 @@ dims of each head in interleaved pairs (theta 10000), no q/k/v/out biases, an LM
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from ..ir.graph import LayerGraph
-from .family import BLOCK, Family, attention_sizes, prefix, rules_for
+from .family import Family
 from .hf_config import HFConfig
-from .plan import Plan, Rule, ShapeT, concat, copy
-
-_BLOCK = {"norm1": "ln_1", "attn.out": "attn.out_proj", "mlp.fc1": "mlp.fc_in", "mlp.fc2": "mlp.fc_out"}
+from .name_table import Table, tied_head
+from .name_table import plan as table_plan
+from .weight_map import Plan
 
 
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
@@ -38,12 +39,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "position": {"type": "rotary", "theta": 10000.0, "fraction": rotary / (d // heads), "rotation": "interleaved"},
         "bias": {"qkv": False, "out": False, "mlp": True, "norm": True, "head": True},
         "tie_embeddings": cfg.flag("tie_word_embeddings", False),
-        "dropout": {
-            "embedding": cfg.dropout("embd_pdrop"),
-            "attention": cfg.dropout("attn_pdrop"),
-            "residual": cfg.dropout("resid_pdrop"),
-        },
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(embedding="embd_pdrop", attention="attn_pdrop", residual="resid_pdrop"),
     }
 
 
@@ -51,30 +47,26 @@ def detect(names: set[str]) -> bool:
     return any(re.fullmatch(r"(transformer\.)?h\.\d+\.attn\.q_proj\.weight", n) for n in names)
 
 
+TABLE = Table(
+    "GPT-J",
+    {
+        "lm_head.{k}": "lm_head.{k}",
+        "embed.weight": "{p}wte.weight",
+        "norm_f.{k}": "{p}ln_f.{k}",
+        "blocks.*.norm1.{k}": "{p}h.*.ln_1.{k}",
+        "blocks.*.attn.qkv.{k}": ("cat", *(f"{{p}}h.*.attn.{x}_proj.{{k}}" for x in "qkv")),
+        "blocks.*.attn.out.{k}": "{p}h.*.attn.out_proj.{k}",
+        "blocks.*.mlp.fc1.{k}": "{p}h.*.mlp.fc_in.{k}",
+        "blocks.*.mlp.fc2.{k}": "{p}h.*.mlp.fc_out.{k}",
+    },
+    prefix="transformer.",
+    ignore=(r"\.attn\.(bias|masked_bias|embed_positions)$",),
+)
+
+
 def plan(g: LayerGraph, names: set[str]) -> Plan:
-    p = prefix(names, "transformer.")
-
-    def make(target: str, shape: ShapeT) -> Rule | None:
-        local, kind = target.rsplit(".", 1)
-        if local == "lm_head":
-            return copy(target, shape)
-        if local in ("embed", "norm_f"):
-            return copy(f"{p}{'wte' if local == 'embed' else 'ln_f'}.{kind}", shape)
-        m = BLOCK.fullmatch(local)
-        if not m:
-            return None
-        hf, part_name = f"{p}h.{m.group(2)}", m.group(3)
-        if part_name == "attn.qkv":
-            return concat([f"{hf}.attn.{x}_proj.{kind}" for x in "qkv"], shape, attention_sizes(g, target))
-        return copy(f"{hf}.{_BLOCK[part_name]}.{kind}", shape) if part_name in _BLOCK else None
-
-    tied = g.op("lm_head").attrs.tied_to
-    return Plan(
-        "GPT-J",
-        rules_for(g, "GPT-J", make),
-        tied=[(f"{p}wte.weight", "lm_head.weight")] if tied else [],
-        ignore=r"\.attn\.(bias|masked_bias|embed_positions)$",
-    )
+    tied = (("{p}wte.weight", "lm_head.weight"),) if tied_head(g) else ()
+    return table_plan(replace(TABLE, tied=tied), g, names)
 
 
 FAMILY = Family("GPT-J", ("GPTJForCausalLM",), ("gptj",), ("decoder",), spec, detect, plan)

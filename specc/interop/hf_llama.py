@@ -63,8 +63,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "position": _rotary(cfg),
         "bias": {"qkv": bias, "out": bias, "mlp": cfg.flag("mlp_bias", False), "norm": False, "head": False},
         "tie_embeddings": cfg.flag("tie_word_embeddings", False),
-        "dropout": {"attention": cfg.dropout("attention_dropout")},
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(attention="attention_dropout"),
     }
 
 

@@ -10,88 +10,70 @@ cannot fill a spec of another.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from ..ir.graph import LayerGraph
-from .family import BLOCK, attention_sizes, prefix, rules_for
-from .plan import Plan, Rule, ShapeT, concat, copy, part, stacked
-
-# specc block norm → HF names, first present wins: Gemma 2/3 call the pre-MLP norm pre_feedforward_layernorm
-# and use post_attention_layernorm for the norm after attention (sandwich), as OLMo-2 does (output placement)
-_NORMS = {
-    "norm1": ("input_layernorm",),
-    "norm2": ("pre_feedforward_layernorm", "post_attention_layernorm"),
-    "norm1_post": ("post_attention_layernorm",),
-    "norm2_post": ("post_feedforward_layernorm",),
-}
-_DENSE = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
+from .name_table import Table, tied_head
+from .name_table import plan as table_plan
+from .weight_map import Plan
 
 
 def detect(names: set[str]) -> bool:
     return any(re.fullmatch(r"(model\.)?layers\.\d+\.self_attn\.(q_proj|qkv_proj)\.weight", n) for n in names)
 
 
+_L = "{p}layers.*."
+_MOE = "{p}layers.*.block_sparse_moe.experts.{e}"  # Mixtral's per-expert names
+_EXPERTS = "{p}layers.*.mlp.experts"  # Qwen-MoE's per-expert names ({e}) and transformers 5's fused tensors
+TABLE = Table(
+    "Llama-style",
+    {
+        "lm_head.weight": "lm_head.weight",
+        "embed.weight": "{p}embed_tokens.weight",
+        "norm_f.{k}": "{p}norm.{k}",
+        "blocks.*.norm1.{k}": f"{_L}input_layernorm.{{k}}",
+        # Gemma 2/3 call the pre-MLP norm pre_feedforward_layernorm and use post_attention_layernorm for the norm
+        # after attention (sandwich), as OLMo-2 does (output placement)
+        "blocks.*.norm2.{k}": [f"{_L}pre_feedforward_layernorm.{{k}}", f"{_L}post_attention_layernorm.{{k}}"],
+        "blocks.*.norm1_post.{k}": f"{_L}post_attention_layernorm.{{k}}",
+        "blocks.*.norm2_post.{k}": f"{_L}post_feedforward_layernorm.{{k}}",
+        "blocks.*.attn.qkv.{k}": [
+            ("cat", *(f"{_L}self_attn.{x}_proj.{{k}}" for x in "qkv")),
+            f"{_L}self_attn.qkv_proj.{{k}}",  # Phi-3
+        ],
+        "blocks.*.attn.q_norm.{k}": f"{_L}self_attn.q_norm.{{k}}",
+        "blocks.*.attn.k_norm.{k}": f"{_L}self_attn.k_norm.{{k}}",
+        "blocks.*.attn.out.{k}": f"{_L}self_attn.o_proj.{{k}}",
+        # Qwen2-MoE's shared expert
+        **{f"blocks.*.mlp.shared.{x}.{{k}}": f"{_L}mlp.shared_expert.{x}_proj.{{k}}" for x in ("gate", "up", "down")},
+        "blocks.*.mlp.shared_gate.{k}": f"{_L}mlp.shared_expert_gate.{{k}}",
+        # dense MLPs: separate projections or Phi-3's fused [gate | up]
+        "blocks.*.mlp.gate.{k}": [f"{_L}mlp.gate_proj.{{k}}", (("half", 0, 0), f"{_L}mlp.gate_up_proj.{{k}}")],
+        "blocks.*.mlp.up.{k}": [f"{_L}mlp.up_proj.{{k}}", (("half", 0, 1), f"{_L}mlp.gate_up_proj.{{k}}")],
+        "blocks.*.mlp.down.{k}": f"{_L}mlp.down_proj.{{k}}",
+        "blocks.*.mlp.router.{k}": [f"{_L}block_sparse_moe.gate.{{k}}", f"{_L}mlp.gate.{{k}}"],
+        # experts [E, out, in]
+        "blocks.*.mlp.experts.w_gate": [
+            ("stack", f"{_MOE}.w1.weight"),
+            ("stack", f"{_EXPERTS}.{{e}}.gate_proj.weight"),
+            (("half", 1, 0), f"{_EXPERTS}.gate_up_proj"),
+        ],
+        "blocks.*.mlp.experts.w_up": [
+            ("stack", f"{_MOE}.w3.weight"),
+            ("stack", f"{_EXPERTS}.{{e}}.up_proj.weight"),
+            (("half", 1, 1), f"{_EXPERTS}.gate_up_proj"),
+        ],
+        "blocks.*.mlp.experts.w_down": [
+            ("stack", f"{_MOE}.w2.weight"),
+            ("stack", f"{_EXPERTS}.{{e}}.down_proj.weight"),
+            f"{_EXPERTS}.down_proj",
+        ],
+    },
+    prefix="model.",
+    ignore=(r"rotary_emb\.inv_freq$",),
+)
+
+
 def plan(g: LayerGraph, names: set[str]) -> Plan:
-    p = prefix(names, "model.")
-
-    def make(target: str, shape: ShapeT) -> Rule | list[Rule] | None:
-        local, kind = target.rsplit(".", 1)
-        if target == "lm_head.weight":
-            return copy("lm_head.weight", shape)
-        if local in ("embed", "norm_f"):
-            return copy(f"{p}{'embed_tokens' if local == 'embed' else 'norm'}.{kind}", shape)
-        m = BLOCK.fullmatch(local)
-        if not m:
-            return None
-        hf, part_name = f"{p}layers.{m.group(2)}", m.group(3)
-        if part_name in _NORMS:
-            return [copy(f"{hf}.{n}.{kind}", shape) for n in _NORMS[part_name]]
-        if part_name == "attn.qkv":
-            sizes = attention_sizes(g, target)
-            split = [f"{hf}.self_attn.{x}_proj.{kind}" for x in "qkv"]
-            return [concat(split, shape, sizes), copy(f"{hf}.self_attn.qkv_proj.{kind}", shape)]
-        if part_name in ("attn.q_norm", "attn.k_norm"):
-            return copy(f"{hf}.self_attn.{part_name[5:]}.{kind}", shape)
-        if part_name == "attn.out":
-            return copy(f"{hf}.self_attn.o_proj.{kind}", shape)
-        if part_name.startswith("mlp.shared."):  # Qwen2-MoE's shared expert
-            return copy(f"{hf}.mlp.shared_expert.{_DENSE[part_name[11:]]}.{kind}", shape)
-        if part_name == "mlp.shared_gate":
-            return copy(f"{hf}.mlp.shared_expert_gate.{kind}", shape)
-        if part_name.startswith("mlp.") and part_name[4:] in _DENSE:
-            rules = [copy(f"{hf}.mlp.{_DENSE[part_name[4:]]}.{kind}", shape)]
-            if part_name != "mlp.down":  # Phi-3 style fused [gate | up]
-                fused = (2 * shape[0], *shape[1:])
-                rules.append(part(f"{hf}.mlp.gate_up_proj.{kind}", shape, fused, 0, shape[0] * (part_name == "mlp.up")))
-            return rules
-        if part_name == "mlp.router":
-            return [copy(f"{hf}.block_sparse_moe.gate.weight", shape), copy(f"{hf}.mlp.gate.weight", shape)]
-        if part_name == "mlp.experts":
-            return _experts(hf, kind, shape)
-        return None
-
-    tied = g.op("lm_head").attrs.tied_to
-    return Plan(
-        "Llama-style",
-        rules_for(g, "Llama-style", make),
-        tied=[(f"{p}embed_tokens.weight", "lm_head.weight")] if tied else [],
-        ignore=r"rotary_emb\.inv_freq$",
-    )
-
-
-def _experts(hf: str, kind: str, shape: ShapeT) -> list[Rule] | None:
-    """``w_gate``/``w_up``/``w_down`` [E, out, in] from per-expert tensors (Mixtral's w1/w3/w2, Qwen-MoE's
-    gate/up/down_proj) or transformers-5 fused ones."""
-    e = shape[0]
-    legacy = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"}.get(kind)
-    if legacy is None:
-        return None
-    rules = [
-        stacked([f"{hf}.block_sparse_moe.experts.{j}.{legacy}.weight" for j in range(e)], shape),
-        stacked([f"{hf}.mlp.experts.{j}.{_DENSE[kind[2:]]}.weight" for j in range(e)], shape),
-    ]
-    if kind == "w_down":
-        rules.append(copy(f"{hf}.mlp.experts.down_proj", shape))
-    else:
-        fused = (e, 2 * shape[1], shape[2])
-        rules.append(part(f"{hf}.mlp.experts.gate_up_proj", shape, fused, 1, shape[1] * (kind == "w_up")))
-    return rules
+    tied = (("{p}embed_tokens.weight", "lm_head.weight"),) if tied_head(g) else ()
+    return table_plan(replace(TABLE, tied=tied), g, names)

@@ -6,22 +6,16 @@ and MLP in parallel on two norms (``use_parallel_residual``), and a fused ``quer
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from ..ir.graph import LayerGraph
-from .family import BLOCK, Family, prefix, rules_for
+from .family import Family
 from .hf_config import HFConfig
-from .hf_fused_qkv import fused_rule
 from .hf_rope import position
-from .plan import Plan, Rule, ShapeT, copy
-
-_BLOCK = {
-    "norm1": "input_layernorm",
-    "norm2": "post_attention_layernorm",
-    "attn.out": "attention.dense",
-    "mlp.fc1": "mlp.dense_h_to_4h",
-    "mlp.fc2": "mlp.dense_4h_to_h",
-}
+from .name_table import Table, tied_head
+from .name_table import plan as table_plan
+from .weight_map import Plan
 
 
 def _rotary(cfg: HFConfig) -> dict[str, Any]:
@@ -56,8 +50,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "position": _rotary(cfg),
         "bias": {"qkv": bias, "out": bias, "mlp": True, "norm": True, "head": False},
         "tie_embeddings": cfg.flag("tie_word_embeddings", False),
-        "dropout": {"attention": cfg.dropout("attention_dropout"), "residual": cfg.dropout("hidden_dropout")},
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(attention="attention_dropout", residual="hidden_dropout"),
     }
     if cfg.flag("use_parallel_residual", True):
         doc["parallel"] = "separate_norms"
@@ -68,31 +61,28 @@ def detect(names: set[str]) -> bool:
     return any(re.fullmatch(r"(gpt_neox\.)?layers\.\d+\.attention\.query_key_value\.weight", n) for n in names)
 
 
+TABLE = Table(
+    "GPT-NeoX",
+    {
+        "lm_head.{k}": ["lm_head.{k}", "embed_out.{k}"],  # embed_out before transformers 5
+        "embed.weight": "{p}embed_in.weight",
+        "norm_f.{k}": "{p}final_layer_norm.{k}",
+        "blocks.*.norm1.{k}": "{p}layers.*.input_layernorm.{k}",
+        "blocks.*.norm2.{k}": "{p}layers.*.post_attention_layernorm.{k}",
+        "blocks.*.attn.qkv.{k}": (("regroup", "per_head"), "{p}layers.*.attention.query_key_value.{k}"),
+        "blocks.*.attn.out.{k}": "{p}layers.*.attention.dense.{k}",
+        "blocks.*.mlp.fc1.{k}": "{p}layers.*.mlp.dense_h_to_4h.{k}",
+        "blocks.*.mlp.fc2.{k}": "{p}layers.*.mlp.dense_4h_to_h.{k}",
+    },
+    prefix="gpt_neox.",
+    # rotary tables and the causal-mask buffers older checkpoints stored
+    ignore=(r"\.(rotary_emb\.inv_freq|attention\.bias|attention\.masked_bias)$",),
+)
+
+
 def plan(g: LayerGraph, names: set[str]) -> Plan:
-    p = prefix(names, "gpt_neox.")
-
-    def make(target: str, shape: ShapeT) -> Rule | list[Rule] | None:
-        local, kind = target.rsplit(".", 1)
-        if local == "lm_head":  # embed_out in checkpoints written before transformers 5
-            return [copy(f"lm_head.{kind}", shape), copy(f"embed_out.{kind}", shape)]
-        if local in ("embed", "norm_f"):
-            return copy(f"{p}{'embed_in' if local == 'embed' else 'final_layer_norm'}.{kind}", shape)
-        m = BLOCK.fullmatch(local)
-        if not m:
-            return None
-        hf, part_name = f"{p}layers.{m.group(2)}", m.group(3)
-        if part_name == "attn.qkv":
-            return fused_rule(g, target, f"{hf}.attention.query_key_value.{kind}", shape, "per_head")
-        return copy(f"{hf}.{_BLOCK[part_name]}.{kind}", shape) if part_name in _BLOCK else None
-
-    tied = g.op("lm_head").attrs.tied_to
-    return Plan(
-        "GPT-NeoX",
-        rules_for(g, "GPT-NeoX", make),
-        tied=[(f"{p}embed_in.weight", "lm_head.weight", "embed_out.weight")] if tied else [],
-        # rotary tables and the causal-mask buffers older checkpoints stored
-        ignore=r"\.(rotary_emb\.inv_freq|attention\.bias|attention\.masked_bias)$",
-    )
+    tied = (("{p}embed_in.weight", "lm_head.weight", "embed_out.weight"),) if tied_head(g) else ()
+    return table_plan(replace(TABLE, tied=tied), g, names)
 
 
 FAMILY = Family("GPT-NeoX", ("GPTNeoXForCausalLM",), ("gpt_neox",), ("decoder",), spec, detect, plan)

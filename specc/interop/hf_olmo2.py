@@ -28,8 +28,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         position=position(cfg),
         bias={"qkv": bias, "out": bias, "mlp": False, "norm": False, "head": False},
         tie_embeddings=cfg.flag("tie_word_embeddings", False),
-        dropout={"attention": cfg.dropout("attention_dropout")},
-        init={"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(attention="attention_dropout"),
     )
     return doc
 

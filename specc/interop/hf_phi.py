@@ -6,16 +6,17 @@ every projection and on the LM head. Checkpoint names ``model.layers.{i}.self_at
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from ..ir.graph import LayerGraph
 from . import hf_decoder as dec
-from .family import BLOCK, Family, attention_sizes, prefix, rules_for
+from .family import Family
 from .hf_config import HFConfig
 from .hf_rope import position
-from .plan import Plan, Rule, ShapeT, concat, copy
-
-_BLOCK = {"norm1": "input_layernorm", "attn.out": "self_attn.dense", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
+from .name_table import Table, tied_head
+from .name_table import plan as table_plan
+from .weight_map import Plan
 
 
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
@@ -33,12 +34,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         position=position(cfg, partial=True),
         bias={"qkv": True, "out": True, "mlp": True, "norm": True, "head": True},
         tie_embeddings=cfg.flag("tie_word_embeddings", False),
-        dropout={
-            "embedding": cfg.dropout("embd_pdrop"),
-            "attention": cfg.dropout("attention_dropout"),
-            "residual": cfg.dropout("resid_pdrop"),
-        },
-        init={"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(embedding="embd_pdrop", attention="attention_dropout", residual="resid_pdrop"),
     )
     return doc
 
@@ -47,31 +43,26 @@ def detect(names: set[str]) -> bool:
     return any(re.fullmatch(r"(model\.)?layers\.\d+\.self_attn\.dense\.weight", n) for n in names)
 
 
+TABLE = Table(
+    "Phi",
+    {
+        "lm_head.{k}": "lm_head.{k}",
+        "embed.weight": "{p}embed_tokens.weight",
+        "norm_f.{k}": "{p}final_layernorm.{k}",
+        "blocks.*.norm1.{k}": "{p}layers.*.input_layernorm.{k}",
+        "blocks.*.attn.qkv.{k}": ("cat", *(f"{{p}}layers.*.self_attn.{x}_proj.{{k}}" for x in "qkv")),
+        "blocks.*.attn.out.{k}": "{p}layers.*.self_attn.dense.{k}",
+        "blocks.*.mlp.fc1.{k}": "{p}layers.*.mlp.fc1.{k}",
+        "blocks.*.mlp.fc2.{k}": "{p}layers.*.mlp.fc2.{k}",
+    },
+    prefix="model.",
+    ignore=(r"rotary_emb\.inv_freq$",),
+)
+
+
 def plan(g: LayerGraph, names: set[str]) -> Plan:
-    p = prefix(names, "model.")
-
-    def make(target: str, shape: ShapeT) -> Rule | None:
-        local, kind = target.rsplit(".", 1)
-        if local == "lm_head":
-            return copy(target, shape)
-        if local in ("embed", "norm_f"):
-            return copy(f"{p}{'embed_tokens' if local == 'embed' else 'final_layernorm'}.{kind}", shape)
-        m = BLOCK.fullmatch(local)
-        if not m:
-            return None
-        hf, part_name = f"{p}layers.{m.group(2)}", m.group(3)
-        if part_name == "attn.qkv":
-            split = [f"{hf}.self_attn.{x}_proj.{kind}" for x in "qkv"]
-            return concat(split, shape, attention_sizes(g, target))
-        return copy(f"{hf}.{_BLOCK[part_name]}.{kind}", shape) if part_name in _BLOCK else None
-
-    tied = g.op("lm_head").attrs.tied_to
-    return Plan(
-        "Phi",
-        rules_for(g, "Phi", make),
-        tied=[(f"{p}embed_tokens.weight", "lm_head.weight")] if tied else [],
-        ignore=r"rotary_emb\.inv_freq$",
-    )
+    tied = (("{p}embed_tokens.weight", "lm_head.weight"),) if tied_head(g) else ()
+    return table_plan(replace(TABLE, tied=tied), g, names)
 
 
 FAMILY = Family("Phi", ("PhiForCausalLM",), ("phi",), ("decoder",), spec, detect, plan)

@@ -35,12 +35,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         position=rope,
         bias=False,
         tie_embeddings=cfg.flag("tie_word_embeddings", False),
-        dropout={
-            "embedding": cfg.dropout("embd_pdrop"),
-            "attention": cfg.dropout("attention_dropout"),
-            "residual": cfg.dropout("resid_pdrop"),
-        },
-        init={"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(embedding="embd_pdrop", attention="attention_dropout", residual="resid_pdrop"),
     )
     return doc
 

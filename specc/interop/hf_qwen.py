@@ -105,8 +105,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         position=position(cfg),
         bias={"qkv": qkv, "out": out, "mlp": False, "norm": False, "head": False},
         tie_embeddings=cfg.flag("tie_word_embeddings", False),
-        dropout={"attention": cfg.dropout("attention_dropout")},
-        init={"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(attention="attention_dropout"),
     )
     return dec.per_layer(doc, layers)
 

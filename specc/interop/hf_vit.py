@@ -7,21 +7,15 @@ positions and split query/key/value → specc names.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from ..ir.graph import LayerGraph
-from .family import BLOCK, Family, attention_sizes, prefix, rules_for
+from .family import Family
 from .hf_config import HFConfig
-from .plan import Plan, Rule, ShapeT, concat, copy, squeezed
-
-_BLOCK = {
-    "norm1": "layernorm_before",
-    "attn.out": "attention.output.dense",
-    "norm2": "layernorm_after",
-    "mlp.fc1": "intermediate.dense",
-    "mlp.fc2": "output.dense",
-}
-_TOP = {"patch_embed": "embeddings.patch_embeddings.projection", "norm_f": "layernorm"}
+from .name_table import Table
+from .name_table import plan as table_plan
+from .weight_map import Plan
 
 
 def _square(cfg: HFConfig, key: str) -> int:
@@ -62,12 +56,9 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "mlp": {"type": "classic", "hidden": cfg.positive_int("intermediate_size"), "activation": act},
         "position": "learned",
         "bias": {"qkv": cfg.flag("qkv_bias", True), "out": True, "mlp": True, "norm": True, "head": True},
-        "dropout": {
-            "embedding": cfg.dropout("hidden_dropout_prob"),
-            "attention": cfg.dropout("attention_probs_dropout_prob"),
-            "residual": cfg.dropout("hidden_dropout_prob"),
-        },
-        "init": {"std": cfg.number("initializer_range", 0.02), "scaled_residual": False},
+        **cfg.training(
+            embedding="hidden_dropout_prob", attention="attention_probs_dropout_prob", residual="hidden_dropout_prob"
+        ),
     }
 
 
@@ -75,36 +66,30 @@ def detect(names: set[str]) -> bool:
     return any(re.fullmatch(r"(vit\.)?embeddings\.patch_embeddings\.projection\.weight", n) for n in names)
 
 
+_L = "{p}encoder.layer.*."
+TABLE = Table(
+    "ViT",
+    {
+        "cls_token.token": "{p}embeddings.cls_token",
+        "pos.weight": ("squeeze", "{p}embeddings.position_embeddings"),
+        "patch_embed.{k}": "{p}embeddings.patch_embeddings.projection.{k}",
+        "head.{k}": "classifier.{k}",
+        "pooler.dense.{k}": "{p}pooler.dense.{k}",
+        "norm_f.{k}": "{p}layernorm.{k}",
+        "blocks.*.attn.qkv.{k}": ("cat", *(f"{_L}attention.attention.{x}.{{k}}" for x in ("query", "key", "value"))),
+        "blocks.*.norm1.{k}": f"{_L}layernorm_before.{{k}}",
+        "blocks.*.attn.out.{k}": f"{_L}attention.output.dense.{{k}}",
+        "blocks.*.norm2.{k}": f"{_L}layernorm_after.{{k}}",
+        "blocks.*.mlp.fc1.{k}": f"{_L}intermediate.dense.{{k}}",
+        "blocks.*.mlp.fc2.{k}": f"{_L}output.dense.{{k}}",
+    },
+    prefix="vit.",
+)
+
+
 def plan(g: LayerGraph, names: set[str]) -> Plan:
-    p = prefix(names, "vit.")
-    has_pooler = "pooler.dense.weight" in g.params()
-
-    def make(target: str, shape: ShapeT) -> Rule | None:
-        local, kind = target.rsplit(".", 1)
-        if target == "cls_token.token":
-            return copy(f"{p}embeddings.cls_token", shape)
-        if target == "pos.weight":
-            return squeezed(f"{p}embeddings.position_embeddings", shape)
-        if local == "head":
-            return copy(f"classifier.{kind}", shape)
-        if local == "pooler.dense":
-            return copy(f"{p}pooler.dense.{kind}", shape)
-        if local in _TOP:
-            return copy(f"{p}{_TOP[local]}.{kind}", shape)
-        m = BLOCK.fullmatch(local)
-        if not m:
-            return None
-        layer, rest = f"{p}encoder.layer.{m.group(2)}", m.group(3)
-        if rest == "attn.qkv":
-            split = [f"{layer}.attention.attention.{x}.{kind}" for x in ("query", "key", "value")]
-            return concat(split, shape, attention_sizes(g, target))
-        return copy(f"{layer}.{_BLOCK[rest]}.{kind}", shape) if rest in _BLOCK else None
-
-    return Plan(
-        "ViT",
-        rules_for(g, "ViT", make),
-        dropped=f"^{re.escape(p)}embeddings\\.mask_token" + ("" if has_pooler else f"|^{re.escape(p)}pooler\\."),
-    )
+    pooler = () if "pooler.dense.weight" in g.params() else (r"^{p}pooler\.",)
+    return table_plan(replace(TABLE, dropped=(r"^{p}embeddings\.mask_token", *pooler)), g, names)
 
 
 FAMILY = Family("ViT", ("ViTForImageClassification", "ViTModel"), ("vit",), ("vit",), spec, detect, plan)

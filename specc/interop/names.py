@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import Diagnostic, SpecError
 from ..ir.graph import LayerGraph
-from . import plan as plans
+from . import weight_map as plans
 from .family import Family
 from .registry import FAMILIES, by_names
 

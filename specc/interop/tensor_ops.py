@@ -1,7 +1,10 @@
-"""The few tensor operations weight mapping needs, for torch tensors and numpy arrays alike."""
+"""The few tensor operations weight mapping needs, for torch tensors and numpy arrays alike, and the engine
+that runs a weight rule's operation (data) forwards and backwards."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
@@ -83,3 +86,104 @@ def equal(a: Any, b: Any) -> bool:
 
         return a.shape == b.shape and bool(torch.equal(a, b))
     return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+
+
+def ungroup(x: Any, groups: int, sizes: tuple[int, ...]) -> Any:
+    """The inverse of ``regroup``: rows part by part ``[p0 of every group | p1 of every group | ...]`` back to
+    group by group."""
+    rest = tuple(x.shape[1:])
+    block = x.shape[0] // (groups * sum(sizes))
+    parts = split(x, 0, [groups * n * block for n in sizes])
+    return cat([p.reshape(groups, -1, *rest) for p in parts], 1).reshape(-1, *rest)
+
+
+def deinterleave(x: Any, axis: int) -> Any:
+    """The inverse of ``interleave``: pairs [a_0, b_0, a_1, b_1, ...] back to halves [a_0 .. | b_0 ..]."""
+    order = interleave_order(x.shape[axis])
+    inverse = [0] * len(order)
+    for j, i in enumerate(order):
+        inverse[i] = j
+    return take(x, axis, inverse)
+
+
+def split(x: Any, axis: int, sizes: list[int]) -> list[Any]:
+    starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+    return [narrow(x, axis, a, b) for a, b in pairwise(starts)]
+
+
+def zeros_like(x: Any, new_shape: tuple[int, ...]) -> Any:
+    if _is_torch(x):
+        import torch
+
+        return torch.zeros(new_shape, dtype=x.dtype, device=x.device)
+    return np.zeros(new_shape, dtype=x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------- the engine
+# A weight rule's operation is data, (name, *args); ``apply`` runs it on the rule's source tensors (import),
+# ``unapply`` gives the source tensors back from the built one (export).
+
+
+@dataclass(frozen=True)
+class Part:
+    """A slice ``start:stop`` along ``axis`` of a source tensor of shape ``full``, which other rules fill too."""
+
+    axis: int
+    start: int
+    stop: int
+    full: tuple[int, ...]
+    value: Any
+
+
+OPS: dict[str, Callable[..., Any]] = {
+    "copy": lambda xs: xs[0],
+    "t": lambda xs: transpose(xs[0]),
+    "cat": lambda xs, axis: cat(xs, axis),
+    "stack": lambda xs: stack(xs),
+    "reshape": lambda xs, new_shape: reshape(xs[0], tuple(new_shape)),
+    "rows": lambda xs, offset: xs[0][offset:],
+    "narrow": lambda xs, axis, start, stop: narrow(xs[0], axis, start, stop),
+    "interleave": lambda xs, axis: interleave(xs[0], axis),
+    "regroup": lambda xs, groups, sizes: regroup(xs[0], groups, tuple(sizes)),
+}
+
+
+def apply(op: tuple[Any, ...], xs: list[Any]) -> Any:
+    """The tensor ``op`` = (name, *args) builds from the source tensors ``xs``."""
+    return OPS[op[0]](xs, *op[1:])
+
+
+def unapply(op: tuple[Any, ...], y: Any, expect: tuple[tuple[int, ...], ...]) -> list[Any]:
+    """The source tensors (of shapes ``expect``) that ``op`` builds ``y`` from; a ``Part`` where ``y`` is only a
+    slice of its source."""
+    name, *args = op
+    if name == "copy":
+        return [y]
+    if name == "t":
+        return [transpose(y)]
+    if name == "cat":
+        return split(y, args[0], [e[args[0]] for e in expect])
+    if name == "stack":
+        return [y[i] for i in range(len(expect))]
+    if name == "reshape":
+        return [reshape(y, expect[0])]
+    if name == "rows":  # the never-read leading rows are written as zeros
+        return [cat([zeros_like(y, (args[0], *shape(y)[1:])), y], 0)]
+    if name == "narrow":
+        return [Part(args[0], args[1], args[2], expect[0], y)]
+    if name == "interleave":
+        return [deinterleave(y, args[0])]
+    if name == "regroup":
+        return [ungroup(y, args[0], tuple(args[1]))]
+    raise KeyError(f"no inverse for weight operation {name!r}")
+
+
+def assemble(parts: list[Part]) -> Any:
+    """One source tensor from its slices; None where they leave a gap or overlap."""
+    full, axis = parts[0].full, parts[0].axis
+    spans = sorted((p.start, p.stop) for p in parts)
+    if any(p.axis != axis or p.full != full for p in parts) or spans[0][0] != 0 or spans[-1][1] != full[axis]:
+        return None
+    if any(a[1] != b[0] for a, b in pairwise(spans)):
+        return None
+    return cat([p.value for p in sorted(parts, key=lambda p: p.start)], axis)

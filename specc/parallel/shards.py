@@ -9,7 +9,7 @@ and a load (which stored pieces cover what each rank holds, in any layout); the 
   refused here (DCP would pickle them): they belong in ``specc.json`` as JSON.
 - ``read_index``: the index checked as data before anything is read: bare shard names of that one form, known
   dtypes, pieces inside their tensor that cover it exactly once (so a missing piece is an error, never
-  uninitialized memory), and every shard's safetensors header (``specc.interop.checkpoint``: strict, checked
+  uninitialized memory), and every shard's safetensors header (``specc.interop.safetensors_read``: strict, checked
   against the file's size) holding exactly the pieces the index gives it.
 - ``ShardReader``: DCP's reads served from those checked files with ``pread`` (no memory map that a truncated
   file would turn into SIGBUS).
@@ -38,7 +38,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 from ..errors import SpecError
-from ..interop import checkpoint as st
+from ..interop import safetensors_read as st
 from ..io import read
 
 FORMAT = "specc-shards/1"

@@ -8,7 +8,7 @@ The two are replaced as a pair (``specc.io.atomic_files``: both staged, then ren
 held back, the sidecar first); each records the step it belongs to, and the checkpoint records its sidecar's
 SHA-256 (``specc.optimizer.sha256``), so a reader never takes a sidecar of another write for this one.
 
-Reading goes through ``specc.interop.checkpoint`` (strict safetensors): the embedded spec is data (never a
+Reading goes through ``specc.interop.safetensors_read`` (strict safetensors): the embedded spec is data (never a
 path, preset or ``extends:``), the training state is checked field by field against ``TrainConfig`` and the
 optimizer moments against the model's parameters, so a damaged or edited checkpoint is one located error
 before any training step.
@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..errors import SpecError
-from ..interop import checkpoint as st
+from ..interop import safetensors_read as st
 from ..io import atomic_files, read
 from ..spec.serialize import SPEC_KEY, spec_json
 from ..version import __version__

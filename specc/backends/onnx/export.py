@@ -188,7 +188,7 @@ def _weight_inputs(weights: Any) -> list[Path]:
     """The files a ``weights`` path reads (a file, or a folder's / index's shards): never an output."""
     if not isinstance(weights, (str, os.PathLike)):
         return []
-    from ...interop import checkpoint
+    from ...interop import safetensors_read as checkpoint
 
     try:
         return [Path(weights), *checkpoint.files(weights)]

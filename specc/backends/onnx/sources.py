@@ -27,10 +27,11 @@ import ml_dtypes
 import numpy as np
 
 from ...errors import SpecError
-from ...interop import checkpoint, tensor_ops
-from ...interop import plan as plans
-from ...interop.checkpoint import TensorInfo
+from ...interop import safetensors_read as checkpoint
+from ...interop import tensor_ops
+from ...interop import weight_map as plans
 from ...interop.names import hf_family
+from ...interop.safetensors_read import TensorInfo
 from ...io import read
 from ...ir.graph import LayerGraph
 from .recipes import CHUNK_BYTES, Param

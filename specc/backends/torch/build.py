@@ -118,8 +118,8 @@ def load_transient(weights: str | os.PathLike[str] | dict[str, torch.Tensor], dt
     """Loading holds every stored tensor (read whole, or the dict's clones) beside its cast to ``dtype`` until the
     model takes them: beyond the ``kept`` parameter bytes, that peak's excess. Stored sizes come from the
     safetensors headers (nothing is read); an unreadable source is left to the reader to name."""
-    from ...interop.checkpoint import DTYPES as STORED
-    from ...interop.checkpoint import headers
+    from ...interop.safetensors_read import DTYPES as STORED
+    from ...interop.safetensors_read import headers
 
     if isinstance(weights, dict):
         sizes = [(v.numel() * v.element_size(), v.dtype) for v in weights.values() if isinstance(v, torch.Tensor)]

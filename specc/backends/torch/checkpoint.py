@@ -50,7 +50,7 @@ def read_spec(path: str | os.PathLike[str]) -> Any:
 
     The stored spec is data: a JSON object validated as it is (never a path or preset name, no ``extends:``).
     """
-    from ...interop.checkpoint import read_header
+    from ...interop.safetensors_read import read_header
     from ...spec.loader import load_embedded_spec
 
     name = os.fspath(path)

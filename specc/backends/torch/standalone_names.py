@@ -12,8 +12,8 @@ import re
 from typing import Any
 
 from ...errors import SpecError
-from ...interop.plan import Plan
 from ...interop.registry import FAMILIES
+from ...interop.weight_map import Plan
 from ...ir.graph import LayerGraph
 
 # torch equivalents of specc.interop.tensor_ops, by a rule's op name: (tensors, *args) → tensor

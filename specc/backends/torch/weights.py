@@ -104,7 +104,7 @@ FLOAT_NAMES = ("float32", "float16", "bfloat16")
 
 def load_safetensors(path: str) -> dict[str, torch.Tensor]:
     """One .safetensors file, a sharded checkpoint's index, or a folder holding either (as save_pretrained writes)."""
-    from ...interop.checkpoint import load
+    from ...interop.safetensors_read import load
 
     if not os.path.lexists(path):
         raise SpecError(f"no such weights file: {path}", file=path)

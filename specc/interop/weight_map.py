@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,23 +23,26 @@ MAX_LISTED = 12  # problems listed per kind before "... and N more"
 
 @dataclass(frozen=True)
 class Rule:
-    """One way to build a target parameter: ``build(*sources)`` with each source of the expected shape."""
+    """One way to build a target parameter from checkpoint tensors of the expected shapes, as data: ``op`` is a
+    tensor operation of ``tensor_ops.OPS`` with its arguments, which the engine runs forwards (import, the
+    standalone model.py's loader) and backwards (export)."""
 
     sources: tuple[str, ...]
     expect: tuple[ShapeT, ...]
-    build: Callable[..., Any]
     how: str  # for messages: "copy", "transposed (Conv1D)", ...
-    # ``build`` as data (name, arguments) for the standalone model.py's loader; () where it has none
-    op: tuple[Any, ...] = ()
+    op: tuple[Any, ...]  # (name, *args)
+
+    def build(self, *xs: Any) -> Any:
+        return ops.apply(self.op, list(xs))
 
 
 def copy(src: str, shape: ShapeT) -> Rule:
-    return Rule((src,), (shape,), lambda x: x, "copy", ("copy",))
+    return Rule((src,), (shape,), "copy", ("copy",))
 
 
 def transposed(src: str, shape: ShapeT) -> Rule:
     """GPT-2 ``Conv1D`` stores ``[in, out]``; specc's linear weight is ``[out, in]``."""
-    return Rule((src,), (shape[::-1],), ops.transpose, "transposed (Conv1D [in, out])", ("t",))
+    return Rule((src,), (shape[::-1],), "transposed (Conv1D [in, out])", ("t",))
 
 
 def concat(srcs: list[str], shape: ShapeT, sizes: list[int]) -> Rule:
@@ -47,31 +50,29 @@ def concat(srcs: list[str], shape: ShapeT, sizes: list[int]) -> Rule:
     if sum(sizes) != shape[0]:
         raise ValueError(f"split sizes {sizes} do not add up to {shape[0]}")
     expect = tuple((n, *shape[1:]) for n in sizes)
-    return Rule(tuple(srcs), expect, lambda *xs: ops.cat(list(xs), 0), "concatenated", ("cat", 0))
+    return Rule(tuple(srcs), expect, "concatenated", ("cat", 0))
 
 
 def stacked(srcs: list[str], shape: ShapeT) -> Rule:
     """Per-expert matrices stacked into ``[E, out, in]``."""
-    return Rule(tuple(srcs), (shape[1:],) * len(srcs), lambda *xs: ops.stack(list(xs)), "stacked", ("stack",))
+    return Rule(tuple(srcs), (shape[1:],) * len(srcs), "stacked", ("stack",))
 
 
 def squeezed(src: str, shape: ShapeT, lead: int = 1) -> Rule:
     """A tensor stored with leading unit axes (ViT positions ``[1, T, D]``, BART ``final_logits_bias [1, V]``)."""
-    how = "leading unit axes dropped"
-    return Rule((src,), ((1,) * lead + shape,), lambda x: ops.reshape(x, shape), how, ("reshape", shape))
+    return Rule((src,), ((1,) * lead + shape,), "leading unit axes dropped", ("reshape", shape))
 
 
 def rows_from(src: str, shape: ShapeT, offset: int) -> Rule:
     """A table whose first ``offset`` rows are never used (BART's learned positions start at 2)."""
     expect = (shape[0] + offset, *shape[1:])
-    return Rule((src,), (expect,), lambda x: x[offset:], f"first {offset} rows dropped", ("rows", offset))
+    return Rule((src,), (expect,), f"first {offset} rows dropped", ("rows", offset))
 
 
 def part(src: str, shape: ShapeT, full: ShapeT, axis: int, start: int) -> Rule:
     """A slice of a fused tensor (gate of a fused ``gate_up_proj``)."""
     stop = start + shape[axis]
-    how = f"slice {start}:{stop} of axis {axis}"
-    return Rule((src,), (full,), lambda x: ops.narrow(x, axis, start, stop), how, ("narrow", axis, start, stop))
+    return Rule((src,), (full,), f"slice {start}:{stop} of axis {axis}", ("narrow", axis, start, stop))
 
 
 @dataclass
@@ -99,8 +100,8 @@ class Plan:
 
     def finish(self, built: dict[str, Any]) -> dict[str, Any]:
         """``built`` with the ``after`` operations applied."""
-        for target, (op, *args) in self.after.items():
-            built[target] = getattr(ops, op)(built[target], *args)
+        for target, op in self.after.items():
+            built[target] = ops.apply(op, [built[target]])
         return built
 
 
@@ -206,5 +207,37 @@ def regrouped(src: str, shape: ShapeT, groups: int, sizes: tuple[int, ...], how:
     """Rows of a fused tensor stored group by group (``tensor_ops.regroup``): per-head or per-group q/k/v."""
     if shape[0] % (groups * sum(sizes)):
         raise ValueError(f"{shape[0]} rows of {src} do not split into {groups} groups of {sum(sizes)} blocks")
-    op = ("regroup", groups, sizes)
-    return Rule((src,), (shape,), lambda x: ops.regroup(x, groups, sizes), f"rows regrouped ({how})", op)
+    return Rule((src,), (shape,), f"rows regrouped ({how})", ("regroup", groups, sizes))
+
+
+def reverse(plan: Plan, params: Mapping[str, Any], present: set[str]) -> dict[str, Any]:
+    """Run the plan backwards: checkpoint tensors (HF names) from specc parameters. Per target the first rule
+    whose sources are all among ``present`` (the names the checkpoint's class has) is inverted; a source several
+    rules fill (slices of a fused tensor) is assembled, and one two rules give different values is refused."""
+    out: dict[str, Any] = {}
+    parts: dict[str, list[ops.Part]] = {}
+    problems: list[str] = []
+    for target, options in plan.rules.items():
+        rule = next((r for r in options if all(s in present for s in r.sources)), None)
+        if rule is None:
+            problems.append(f"{target}: the class has none of {', '.join(options[0].sources[:3])}")
+            continue
+        value = params[target]
+        if target in plan.after:  # undo the reordering first: it was applied last
+            value = ops.unapply(plan.after[target], value, (ops.shape(value),))[0]
+        for src, got in zip(rule.sources, ops.unapply(rule.op, value, rule.expect), strict=True):
+            if isinstance(got, ops.Part):
+                parts.setdefault(src, []).append(got)
+            elif src in out and not ops.equal(out[src], got):
+                problems.append(f"{src}: two parameters give it different values")
+            else:
+                out[src] = got
+    for src, pieces in parts.items():
+        whole = ops.assemble(pieces)
+        if whole is None:
+            problems.append(f"{src}: its slices do not cover it exactly")
+        else:
+            out[src] = whole
+    if problems:
+        raise SpecError(listed(f"{plan.family} export: cannot write tensor", problems, "the spec and the class differ"))
+    return out

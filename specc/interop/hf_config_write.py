@@ -1,0 +1,490 @@
+"""A spec → a Hugging Face ``config.json`` (the inverse of each family's ``spec(cfg)``), for ``export-hf``.
+
+Each writer states the spec in one HF class's config fields, and refuses (``Inexpressible``, naming the spec key)
+what that class has no field for. What a writer misses, the caller's round trip catches: the written config is
+imported again and must lower to the same graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..spec import kinds
+from ..spec.schema import BiasFlags
+from .rope import _FIELDS as ROPE_FIELDS
+
+# specc activation → the HF name every family's ACT2FN knows (import maps each back)
+ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu"}
+
+
+class Inexpressible(Exception):
+    """The spec key ``path`` holds something the HF class has no config field for."""
+
+    def __init__(self, path: tuple[str | int, ...], message: str):
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+def need(ok: bool, path: tuple[str | int, ...], message: str) -> None:
+    if not ok:
+        raise Inexpressible(path, message)
+
+
+def _bias(s: Any, key: str) -> bool:
+    b = s.bias
+    return bool(getattr(b, key)) if isinstance(b, BiasFlags) else bool(b)
+
+
+def _act(name: str, path: tuple[str | int, ...]) -> str:
+    need(name in ACTIVATIONS, path, f"activation {name!r} has no Hugging Face name")
+    return ACTIVATIONS[name]
+
+
+def _layers(s: Any) -> list[Any]:
+    """The effective spec of every block (its layer kind merged onto the top level)."""
+    names = kinds.pattern(s)
+    return [s] * s.blocks if names is None else [kinds.effective(s, n) for n in names]
+
+
+def _window(layer: Any) -> int | None:
+    a = layer.attention
+    return a.window if a.mask == "sliding_window" else None
+
+
+def _plain_attention(s: Any, *allowed: str) -> None:
+    """Refuse attention features outside ``allowed`` (of mask, scale, softcap, qk_norm)."""
+    for layer in _layers(s):
+        a = layer.attention
+        need(a.prefix is None and a.chunk is None, ("attention",), "prefix / chunked attention")
+        if "mask" not in allowed:
+            need(a.mask in (None, "causal", "none", "padding"), ("attention", "mask"), f"a {a.mask} mask")
+        need("scale" in allowed or a.scale is None, ("attention", "scale"), "a custom attention scale")
+        need("softcap" in allowed or a.softcap is None, ("attention", "softcap"), "attention logit softcapping")
+        need("qk_norm" in allowed or a.qk_norm == "none", ("attention", "qk_norm"), "QK-norm")
+    need(s.output.softcap is None or "softcap" in allowed, ("output", "softcap"), "final logit softcapping")
+    need(s.output.scale == 1.0, ("output", "scale"), "a logit scale")
+
+
+def rope_parameters(pos: Any, path: tuple[str | int, ...] = ("position",), partial: bool = False) -> dict[str, Any]:
+    """specc's rotary ``position:`` as transformers 5's ``rope_parameters``."""
+    need(pos.type == "rotary", (*path, "type"), f"{pos.type} positions (the class uses RoPE)")
+    need(pos.rotation == "half", (*path, "rotation"), "interleaved RoPE pairs")
+    need(partial or pos.fraction == 1.0, (*path, "fraction"), "partial RoPE (the class rotates whole heads)")
+    out: dict[str, Any] = {"rope_type": "default", "rope_theta": pos.theta}
+    if pos.fraction != 1.0:
+        out["partial_rotary_factor"] = pos.fraction
+    sc = pos.scaling
+    if sc is not None:
+        out["rope_type"] = sc.type
+        back = {ours: hf for hf, ours in ROPE_FIELDS[sc.type].items()}
+        for key, value in sc.model_dump(exclude_none=True).items():
+            if key in ("type", "rebuild_cache") or (sc.type == "dynamic" and key == "original_max_positions"):
+                continue
+            need(key in back, (*path, "scaling", key), f"RoPE {sc.type} has no parameter {key}")
+            out[back[key]] = value
+    return out
+
+
+def _sizes(s: Any) -> dict[str, Any]:
+    a = s.attention
+    out = {
+        "vocab_size": s.vocab_size,
+        "max_position_embeddings": s.context,
+        "hidden_size": s.d_model,
+        "num_hidden_layers": s.blocks,
+        "num_attention_heads": a.heads,
+        "num_key_value_heads": a.kv_heads or a.heads,
+        "head_dim": a.head_dim or s.d_model // a.heads,
+    }
+    return out
+
+
+def _pre_rms(s: Any, placement: str = "pre", offset: bool = False) -> None:
+    need(s.norm.type == "rmsnorm", ("norm", "type"), f"{s.norm.type} (the class has RMSNorm)")
+    need(s.norm.placement == placement, ("norm", "placement"), f"{s.norm.placement} norms (the class: {placement})")
+    need(bool(s.norm.unit_offset) == offset, ("norm", "unit_offset"), "RMSNorm weights with(out) the 1 + w offset")
+    need(s.embedding_scale is None or offset, ("embedding_scale",), "scaled embeddings")
+    need(s.parallel == "none", ("parallel",), "parallel attention and MLP")
+
+
+def _swiglu(mlp: Any, path: tuple[str | int, ...] = ("mlp",)) -> dict[str, Any]:
+    need(mlp.type == "swiglu", (*path, "type"), f"a {mlp.type} MLP (the class has a gated MLP)")
+    return {"intermediate_size": mlp.hidden, "hidden_act": _act(mlp.activation, (*path, "activation"))}
+
+
+def _moe_activation(mlp: Any) -> str:
+    return mlp.activation or ("silu" if mlp.expert == "swiglu" else "gelu")  # the schema's defaults
+
+
+def _layer_types(s: Any) -> list[str]:
+    return ["sliding_attention" if _window(layer) else "full_attention" for layer in _layers(s)]
+
+
+def _one_window(s: Any) -> int | None:
+    windows = {_window(layer) for layer in _layers(s)} - {None}
+    need(len(windows) <= 1, ("layer_kinds",), "sliding windows of different sizes")
+    return next(iter(windows), None)
+
+
+# ---------------------------------------------------------------------------------------------- families
+
+
+def gpt2(s: Any) -> dict[str, Any]:
+    need(s.norm.type == "layernorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-LayerNorm")
+    need(s.position.type == "learned", ("position", "type"), f"{s.position.type} positions (GPT-2 learns them)")
+    need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
+    a = s.attention
+    need(a.kv_heads in (None, a.heads), ("attention", "kv_heads"), "grouped-query attention")
+    need(a.head_dim in (None, s.d_model // a.heads), ("attention", "head_dim"), "a head_dim other than D / heads")
+    need(a.scale in (None, 1.0), ("attention", "scale"), "attention scales other than 1/√d and 1")
+    return {
+        "vocab_size": s.vocab_size,
+        "n_positions": s.context,
+        "n_embd": s.d_model,
+        "n_layer": s.blocks,
+        "n_head": a.heads,
+        "n_inner": s.mlp.hidden,
+        "activation_function": _act(s.mlp.activation, ("mlp", "activation")),
+        "layer_norm_epsilon": s.norm.eps,
+        "scale_attn_weights": a.scale is None,
+        "tie_word_embeddings": s.tie_embeddings,
+        **_no_outside_ids(s.vocab_size),
+    }
+
+
+def _no_outside_ids(vocab: int) -> dict[str, Any]:
+    """GPT-2 and GPT-J configs default their bos / eos ids to 50256: none where the vocabulary is smaller."""
+    return {"bos_token_id": None, "eos_token_id": None} if vocab <= 50256 else {}
+
+
+def llama(s: Any, arch: str) -> dict[str, Any]:
+    """Llama, Mistral (a sliding window on every layer) and Mixtral (MoE)."""
+    _pre_rms(s)
+    _plain_attention(s, "mask")
+    window = _one_window(s)
+    need(arch != "LlamaForCausalLM" or window is None, ("attention", "mask"), "sliding windows")
+    need(window is None or set(_layer_types(s)) == {"sliding_attention"}, ("layer_kinds",), "per-layer windows")
+    need(_bias(s, "qkv") == _bias(s, "out"), ("bias",), "q/k/v biases without an output bias")
+    cfg = {**_sizes(s), "rms_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings}
+    cfg.update(attention_bias=_bias(s, "qkv"), rope_parameters=rope_parameters(s.position))
+    if arch == "MixtralForCausalLM":
+        m = s.mlp
+        need(m.type == "moe" and m.expert == "swiglu", ("mlp", "type"), "a dense MLP (Mixtral's is MoE)")
+        need(m.router.normalize and m.shared is None, ("mlp", "router"), "Mixtral's router (normalised, unshared)")
+        cfg.update(intermediate_size=m.hidden, hidden_act=_act(_moe_activation(m), ("mlp", "activation")))
+        cfg.update(num_local_experts=m.experts, num_experts_per_tok=m.active, router_jitter_noise=m.router.jitter)
+        cfg["router_aux_loss_coef"] = m.router.aux_loss_coef
+    else:
+        cfg.update(_swiglu(s.mlp))
+        if arch == "LlamaForCausalLM":
+            cfg["mlp_bias"] = _bias(s, "mlp")
+    if arch != "LlamaForCausalLM":
+        cfg["sliding_window"] = window
+    return cfg
+
+
+def qwen(s: Any, arch: str) -> dict[str, Any]:
+    _pre_rms(s)
+    qwen3 = arch.startswith("Qwen3")
+    _plain_attention(s, "mask", *(("qk_norm",) if qwen3 else ()))
+    need(not qwen3 or s.attention.qk_norm == "head", ("attention", "qk_norm"), "Qwen3 without per-head QK-norm")
+    cfg = {**_sizes(s), "rms_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings}
+    cfg["rope_parameters"] = rope_parameters(s.position)
+    if qwen3:
+        need(_bias(s, "qkv") == _bias(s, "out"), ("bias",), "q/k/v biases without an output bias")
+        cfg["attention_bias"] = _bias(s, "qkv")
+    window = _one_window(s)
+    types = _layer_types(s)
+    cfg.update(use_sliding_window=window is not None, sliding_window=window)
+    if arch != "Qwen3MoeForCausalLM":
+        cfg.update(layer_types=types, max_window_layers=0)
+    layers = _layers(s)
+    if not arch.endswith("MoeForCausalLM"):
+        cfg.update(_swiglu(s.mlp))
+        return cfg
+    moe = [i for i, layer in enumerate(layers) if layer.mlp.type == "moe"]
+    need(bool(moe), ("mlp", "type"), "a dense model (the class is MoE)")
+    m = layers[moe[0]].mlp
+    dense = [layer.mlp for layer in layers if layer.mlp.type != "moe"]
+    cfg.update(_swiglu(dense[0]) if dense else {"hidden_act": _act(_moe_activation(m), ("mlp", "activation"))})
+    cfg.setdefault("intermediate_size", m.hidden)
+    cfg.update(num_experts=m.experts, num_experts_per_tok=m.active, moe_intermediate_size=m.hidden)
+    cfg.update(norm_topk_prob=m.router.normalize, router_aux_loss_coef=m.router.aux_loss_coef)
+    cfg.update(decoder_sparse_step=1, mlp_only_layers=[i for i in range(len(layers)) if i not in moe])
+    if arch == "Qwen2MoeForCausalLM":
+        need(m.shared is not None, ("mlp", "shared"), "Qwen2-MoE without a shared expert")
+        cfg.update(shared_expert_intermediate_size=m.shared.hidden, qkv_bias=_bias(s, "qkv"))
+    else:
+        need(m.shared is None, ("mlp", "shared"), "a shared expert")
+    return cfg
+
+
+def gemma(s: Any, arch: str) -> dict[str, Any]:
+    first = arch == "GemmaForCausalLM"
+    _pre_rms(s, "pre" if first else "sandwich", offset=True)
+    need(s.embedding_scale == "sqrt_d_model", ("embedding_scale",), "unscaled embeddings (Gemma scales by √D)")
+    a = s.attention
+    _plain_attention(s, *(() if first else ("mask", "scale", "softcap")), *(("qk_norm",) if "3" in arch else ()))
+    cfg = {**_sizes(s), "rms_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings}
+    need(_bias(s, "qkv") == _bias(s, "out"), ("bias",), "q/k/v biases without an output bias")
+    cfg["attention_bias"] = _bias(s, "qkv")
+    mlp = _swiglu(s.mlp)
+    cfg["intermediate_size"] = mlp["intermediate_size"]
+    cfg["hidden_act" if first else "hidden_activation"] = mlp["hidden_act"]
+    if first:
+        cfg["rope_parameters"] = rope_parameters(s.position)
+        return cfg
+    scalar = (a.scale or cfg["head_dim"] ** -0.5) ** -2
+    need(abs(scalar - round(scalar)) < 1e-6, ("attention", "scale"), "a scale other than 1/√n for a whole n")
+    cfg.update(query_pre_attn_scalar=round(scalar), attn_logit_softcapping=a.softcap)
+    cfg["final_logit_softcapping"] = s.output.softcap
+    cfg.update(sliding_window=_one_window(s) or s.context, layer_types=_layer_types(s))
+    if arch == "Gemma2ForCausalLM":
+        cfg["rope_parameters"] = rope_parameters(s.position)
+        return cfg
+    per: dict[str, Any] = {}
+    for t, layer in zip(cfg["layer_types"], _layers(s), strict=True):
+        rope = rope_parameters(layer.position)
+        need(per.setdefault(t, rope) == rope, ("layer_kinds",), "different RoPE in layers of one attention type")
+    cfg["rope_parameters"] = per
+    return cfg
+
+
+def olmo2(s: Any) -> dict[str, Any]:
+    _pre_rms(s, "output")
+    _plain_attention(s, "qk_norm")
+    need(s.attention.qk_norm == "full", ("attention", "qk_norm"), "OLMo-2 without full-width QK-norm")
+    need(_bias(s, "qkv") == _bias(s, "out"), ("bias",), "q/k/v biases without an output bias")
+    cfg = {**_sizes(s), "rms_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings, **_swiglu(s.mlp)}
+    cfg.update(attention_bias=_bias(s, "qkv"), rope_parameters=rope_parameters(s.position))
+    return cfg
+
+
+def phi3(s: Any) -> dict[str, Any]:
+    _pre_rms(s)
+    _plain_attention(s, "mask")
+    window = _one_window(s)
+    cfg = {**_sizes(s), "rms_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings, **_swiglu(s.mlp)}
+    cfg.update(sliding_window=window, rope_parameters=rope_parameters(s.position, partial=True))
+    cfg["pad_token_id"] = None  # Phi3Config's default (32000) is outside small vocabularies
+    original = cfg["rope_parameters"].get("original_max_position_embeddings")
+    if original is not None:  # Phi-3 reads the top-level field (its default is 4096)
+        cfg["original_max_position_embeddings"] = original
+    return cfg
+
+
+def _layernorm(s: Any, parallel: tuple[str, ...]) -> None:
+    need(s.norm.type == "layernorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-LayerNorm")
+    need(s.parallel in parallel, ("parallel",), f"{s.parallel} residual layout")
+    need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
+    need(s.embedding_scale is None, ("embedding_scale",), "scaled embeddings")
+    _plain_attention(s)
+
+
+def phi(s: Any) -> dict[str, Any]:
+    _layernorm(s, ("shared_norm",))
+    cfg = {**_sizes(s), "layer_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings}
+    cfg.update(intermediate_size=s.mlp.hidden, hidden_act=_act(s.mlp.activation, ("mlp", "activation")))
+    cfg.update(rope_parameters=rope_parameters(s.position, partial=True))
+    return cfg
+
+
+def neox(s: Any) -> dict[str, Any]:
+    _layernorm(s, ("separate_norms", "none"))
+    need(_bias(s, "qkv") == _bias(s, "out"), ("bias",), "q/k/v biases without an output bias")
+    cfg = {**_sizes(s), "layer_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings}
+    del cfg["num_key_value_heads"], cfg["head_dim"]
+    cfg.update(intermediate_size=s.mlp.hidden, hidden_act=_act(s.mlp.activation, ("mlp", "activation")))
+    cfg.update(attention_bias=_bias(s, "qkv"), use_parallel_residual=s.parallel == "separate_norms")
+    cfg.update(rope_parameters=rope_parameters(s.position, partial=True))
+    return cfg
+
+
+def gptj(s: Any) -> dict[str, Any]:
+    _layernorm(s, ("shared_norm",))
+    p, hd = s.position, s.d_model // s.attention.heads
+    need(p.type == "rotary" and p.rotation == "interleaved", ("position",), "RoPE other than interleaved pairs")
+    need(p.theta == 10000.0 and p.scaling is None, ("position", "theta"), "a RoPE base other than 10000")
+    return {
+        "vocab_size": s.vocab_size,
+        "n_positions": s.context,
+        "n_embd": s.d_model,
+        "n_layer": s.blocks,
+        "n_head": s.attention.heads,
+        "rotary_dim": round(p.fraction * hd),
+        "n_inner": s.mlp.hidden,
+        "activation_function": _act(s.mlp.activation, ("mlp", "activation")),
+        "layer_norm_epsilon": s.norm.eps,
+        "tie_word_embeddings": s.tie_embeddings,
+        **_no_outside_ids(s.vocab_size),
+    }
+
+
+def falcon(s: Any) -> dict[str, Any]:
+    _layernorm(s, ("shared_norm", "separate_norms", "none"))
+    a = s.attention
+    kv = a.kv_heads or a.heads
+    cfg = {
+        "vocab_size": s.vocab_size,
+        "max_position_embeddings": s.context,
+        "hidden_size": s.d_model,
+        "num_hidden_layers": s.blocks,
+        "num_attention_heads": a.heads,
+        "ffn_hidden_size": s.mlp.hidden,
+        "activation": _act(s.mlp.activation, ("mlp", "activation")),
+        "layer_norm_epsilon": s.norm.eps,
+        "tie_word_embeddings": s.tie_embeddings,
+        "bias": _bias(s, "qkv"),
+        "alibi": False,
+        "rope_parameters": rope_parameters(s.position),
+    }
+    if s.parallel == "separate_norms":
+        cfg.update(new_decoder_architecture=True, num_kv_heads=kv)
+    else:
+        need(kv in (1, a.heads), ("attention", "kv_heads"), "grouped-query attention without two norms per block")
+        cfg.update(multi_query=kv == 1, parallel_attn=s.parallel == "shared_norm")
+    return cfg
+
+
+def bert(s: Any) -> dict[str, Any]:
+    need(s.norm.type == "layernorm" and s.norm.placement == "post", ("norm",), "norms other than post-LayerNorm")
+    need(s.position.type == "learned", ("position", "type"), f"{s.position.type} positions")
+    need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
+    need(s.head_activation == s.mlp.activation, ("head_activation",), "a head activation unlike the MLP's")
+    return {
+        "vocab_size": s.vocab_size,
+        "max_position_embeddings": s.context,
+        "type_vocab_size": s.type_vocab_size,
+        **_bert_sizes(s),
+        "tie_word_embeddings": s.tie_embeddings,
+    }
+
+
+def _bert_sizes(s: Any) -> dict[str, Any]:
+    """The sizes BERT and ViT configs name alike."""
+    return {
+        "hidden_size": s.d_model,
+        "num_hidden_layers": s.blocks,
+        "num_attention_heads": s.attention.heads,
+        "intermediate_size": s.mlp.hidden,
+        "hidden_act": _act(s.mlp.activation, ("mlp", "activation")),
+        "layer_norm_eps": s.norm.eps,
+    }
+
+
+def vit(s: Any) -> dict[str, Any]:
+    need(s.norm.type == "layernorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-LayerNorm")
+    need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
+    need(s.pooling == "cls", ("pooling",), "mean pooling")
+    cfg = {
+        "image_size": s.image.size,
+        "patch_size": s.image.patch,
+        "num_channels": s.image.channels,
+        **_bert_sizes(s),
+        "qkv_bias": _bias(s, "qkv"),
+    }
+    if s.head == "classifier":
+        cfg["id2label"] = {str(i): f"LABEL_{i}" for i in range(s.classes)}
+    return cfg
+
+
+def bart(s: Any, arch: str) -> dict[str, Any]:
+    marian = arch == "MarianMTModel"
+    need(s.norm.type == "layernorm" and s.norm.placement == "post", ("norm",), "norms other than post-LayerNorm")
+    need(s.norm.eps == 1e-5, ("norm", "eps"), "a LayerNorm eps other than 1e-5")
+    need(s.position.type == ("sinusoidal" if marian else "learned"), ("position", "type"), "these positions")
+    need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
+    need(s.embedding_scale in (None, "sqrt_d_model"), ("embedding_scale",), "an embedding scale other than √D")
+    cfg = {
+        "vocab_size": s.vocab_size,
+        "max_position_embeddings": s.context,
+        "d_model": s.d_model,
+        "encoder_layers": s.blocks.encoder,
+        "decoder_layers": s.blocks.decoder,
+        "encoder_attention_heads": s.attention.heads,
+        "decoder_attention_heads": s.attention.heads,
+        "encoder_ffn_dim": s.mlp.hidden,
+        "decoder_ffn_dim": s.mlp.hidden,
+        "activation_function": _act(s.mlp.activation, ("mlp", "activation")),
+        "scale_embedding": s.embedding_scale == "sqrt_d_model",
+        "tie_word_embeddings": s.tie_embeddings,
+    }
+    if marian:
+        cfg.update(share_encoder_decoder_embeddings=s.shared_embeddings)
+        cfg["decoder_vocab_size"] = s.target_vocab_size or s.vocab_size
+        # HF's Marian pads with the last id and starts decoding with it (its only special rows)
+        pad = min(cfg["vocab_size"], cfg["decoder_vocab_size"]) - 1
+        cfg.update(pad_token_id=pad, decoder_start_token_id=pad)
+    else:
+        need(s.shared_embeddings == s.tie_embeddings, ("shared_embeddings",), "sharing without tying (or back)")
+    return cfg
+
+
+# HF class → (model_type, writer)
+WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
+    "GPT2LMHeadModel": ("gpt2", gpt2),
+    "LlamaForCausalLM": ("llama", lambda s: llama(s, "LlamaForCausalLM")),
+    "MistralForCausalLM": ("mistral", lambda s: llama(s, "MistralForCausalLM")),
+    "MixtralForCausalLM": ("mixtral", lambda s: llama(s, "MixtralForCausalLM")),
+    "Qwen2ForCausalLM": ("qwen2", lambda s: qwen(s, "Qwen2ForCausalLM")),
+    "Qwen2MoeForCausalLM": ("qwen2_moe", lambda s: qwen(s, "Qwen2MoeForCausalLM")),
+    "Qwen3ForCausalLM": ("qwen3", lambda s: qwen(s, "Qwen3ForCausalLM")),
+    "Qwen3MoeForCausalLM": ("qwen3_moe", lambda s: qwen(s, "Qwen3MoeForCausalLM")),
+    "GemmaForCausalLM": ("gemma", lambda s: gemma(s, "GemmaForCausalLM")),
+    "Gemma2ForCausalLM": ("gemma2", lambda s: gemma(s, "Gemma2ForCausalLM")),
+    "Gemma3ForCausalLM": ("gemma3_text", lambda s: gemma(s, "Gemma3ForCausalLM")),
+    "Olmo2ForCausalLM": ("olmo2", olmo2),
+    "Phi3ForCausalLM": ("phi3", phi3),
+    "PhiForCausalLM": ("phi", phi),
+    "GPTNeoXForCausalLM": ("gpt_neox", neox),
+    "GPTJForCausalLM": ("gptj", gptj),
+    "FalconForCausalLM": ("falcon", falcon),
+    "BertForMaskedLM": ("bert", bert),
+    "BertModel": ("bert", bert),
+    "ViTForImageClassification": ("vit", vit),
+    "ViTModel": ("vit", vit),
+    "BartForConditionalGeneration": ("bart", lambda s: bart(s, "BartForConditionalGeneration")),
+    "MarianMTModel": ("marian", lambda s: bart(s, "MarianMTModel")),
+}
+
+# The classes to try for a spec of each kind, most common first (a spec imported from HF names its own).
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "decoder": (
+        "LlamaForCausalLM",
+        "GPT2LMHeadModel",
+        "MistralForCausalLM",
+        "MixtralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen2MoeForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "GemmaForCausalLM",
+        "Gemma2ForCausalLM",
+        "Gemma3ForCausalLM",
+        "Olmo2ForCausalLM",
+        "Phi3ForCausalLM",
+        "PhiForCausalLM",
+        "GPTNeoXForCausalLM",
+        "GPTJForCausalLM",
+        "FalconForCausalLM",
+    ),
+    "encoder": ("BertForMaskedLM", "BertModel"),
+    "vit": ("ViTForImageClassification", "ViTModel"),
+    "encoder_decoder": ("BartForConditionalGeneration", "MarianMTModel"),
+}
+
+
+def config(s: Any, arch: str) -> dict[str, Any]:
+    """The config.json of ``s`` as HF class ``arch`` (raises ``Inexpressible``)."""
+    model_type, write = WRITERS[arch]
+    if s.kind == "encoder":
+        head = {"BertForMaskedLM": "mlm", "BertModel": "pooled"}[arch]
+        need(s.head == head, ("head",), f"a {s.head} head ({arch} has {head})")
+    if s.kind == "vit":
+        head = {"ViTForImageClassification": "classifier", "ViTModel": "pooled"}[arch]
+        need(s.head == head, ("head",), f"a {s.head} head ({arch} has {head})")
+    body = write(s)
+    dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[s.dtype]
+    return {"architectures": [arch], "model_type": model_type, **body, "dtype": dtype}
