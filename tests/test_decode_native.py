@@ -3,7 +3,7 @@ it plans, the eager step wherever it could not be exact, and the measured choice
 
 from __future__ import annotations
 
-import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -106,8 +106,16 @@ def test_generate_steps_natively_and_equals_recomputing(monkeypatch: pytest.Monk
 
 def test_the_measured_choice_can_be_eager(monkeypatch: pytest.MonkeyPatch) -> None:
     model, runs = _gpt2(), _native_runs(monkeypatch)
+    # a clock that only the native step advances: the choice is decided by the timings, not by the machine's load
+    clock = [0.0]
     run = decode_native.Program.run
-    monkeypatch.setattr(decode_native.Program, "run", lambda *a: (time.sleep(0.05), run(*a))[1])
+
+    def slow_run(*a: Any) -> Any:
+        clock[0] += 1.0
+        return run(*a)
+
+    monkeypatch.setattr(decode_native.Program, "run", slow_run)
+    monkeypatch.setattr(decode_native, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     ids = _ids(model, 6)
     out = model.generate(ids, 8)
     assert decode_native.stepper(model).choice == "eager"
