@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import networkx as nx
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "specc"
@@ -32,23 +31,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specc.backends", "specc.backends.torch"),
     ("specc.backends.onnx",),  # reuses the torch backend's RoPE tables, weight checks and random init
     ("specc.runtime",),
+    ("specc.checkpoint_format",),  # the training checkpoint's format, read by parallel and train
     ("specc.parallel",),
     ("specc.train",),
     ("specc",),
     ("specc.cli", "specc.__main__", "specc.demo"),
 )
-
-# Circles and upward imports that other branches remove; delete each entry once its branch is merged (the
-# strict xfail below fails as soon as the circle is gone, so the list cannot go stale).
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"specc.parallel.checkpoint", "specc.train.checkpoint", "specc.train.loop"}): (
-        "branch pipeline: one checkpoint format module below training and parallel"
-    ),
-}
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("specc.parallel.checkpoint", "specc.train.checkpoint"): "branch pipeline (the same circle)",
-}
-
 
 @dataclass(frozen=True)
 class Edge:
@@ -155,31 +143,17 @@ def test_every_module_has_a_layer() -> None:
 
 
 def test_no_import_circles() -> None:
-    unexpected = {c: loop for c, loop in _cycles().items() if c not in KNOWN_CYCLES}
-    assert not unexpected, "import circles:\n" + "\n".join(
-        f"  {', '.join(sorted(c))}:\n    {loop}" for c, loop in unexpected.items()
-    )
+    cycles = _cycles()
+    listed = "\n".join(f"  {', '.join(sorted(c))}:\n    {loop}" for c, loop in cycles.items())
+    assert not cycles, "import circles:\n" + listed
 
-
-@pytest.mark.parametrize(
-    "cycle",
-    [pytest.param(c, id="+".join(sorted(m.rpartition(".")[2] for m in c))) for c in KNOWN_CYCLES],
-)
-@pytest.mark.xfail(strict=True, reason="a circle another branch removes (see KNOWN_CYCLES)")
-def test_known_circle_is_gone(cycle: frozenset[str]) -> None:
-    assert cycle not in _cycles(), f"still a circle: {_cycles()[cycle]}"
 
 
 def test_no_import_from_a_layer_above() -> None:
     upward = [
         f"{e.where()} (layer {_layer(e.source)} imports layer {_layer(e.target)})"
         for e in EDGES
-        if _layer(e.target) > _layer(e.source) and (e.source, e.target) not in KNOWN_UPWARD
+        if _layer(e.target) > _layer(e.source)
     ]
     assert not upward, "imports from a higher layer:\n  " + "\n  ".join(upward)
 
-
-@pytest.mark.parametrize("edge", list(KNOWN_UPWARD), ids="->".join)
-@pytest.mark.xfail(strict=True, reason="an upward import another branch removes (see KNOWN_UPWARD)")
-def test_known_upward_import_is_gone(edge: tuple[str, str]) -> None:
-    assert edge not in {(e.source, e.target) for e in EDGES}

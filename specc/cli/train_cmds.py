@@ -289,7 +289,7 @@ def attention_map(
     n_words = len(input.split())
     limit = min(position_limits(graph).values(), default=None)
     max_new = 2 * n_words + 4 if limit is None else min(2 * n_words + 4, limit - 1)
-    m = compute(model, graph, ck.vocab, input, max_new, layer, head, average)
+    m = compute(model, graph, C.vocab_of(ck), input, max_new, layer, head, average)
     save_heatmap(m, output, graph.meta["name"])
     argmax = m.weights.argmax(1).tolist()
     out.print(f"input:  {' '.join(m.cols)}")

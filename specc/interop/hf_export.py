@@ -8,7 +8,6 @@ would change the function is never written. Weights are the family's weight plan
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -124,8 +123,7 @@ def _function(g: LayerGraph) -> dict[str, Any]:
     d = g.to_dict()
     d["meta"] = {k: d["meta"].get(k) for k in _META_KEPT}
     for op in d["ops"]:
-        attrs = op["attrs"] if isinstance(op["attrs"], dict) else dataclasses.asdict(op["attrs"])
-        op["attrs"] = {k: v for k, v in attrs.items() if k not in _TRAINING_ATTRS}
+        op["attrs"] = {k: v for k, v in op["attrs"].items() if k not in _TRAINING_ATTRS}
     return d
 
 

@@ -40,6 +40,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
+from ..checkpoint_format import TRAIN_KEY, Checkpoint, check_train_state
 from ..errors import SpecError
 from ..io import discard_stage, folder_stage, outputs_complete, read, replace_folder, signals_raise, write_error
 from ..io.signals import signals_blocked
@@ -48,7 +49,6 @@ from ..version import __version__
 from . import shards
 
 META_FILE = "specc.json"
-TRAIN_KEY = "specc.train"
 INDEX_KEY = "specc.shards"  # the index of the tensors' pieces (``specc.parallel.shards``)
 GROUPS_KEY = "specc.optimizer.param_groups"  # the optimizer's settings, JSON
 OPTIM = "optimizer"  # the optimizer state's keys: optimizer.state.<param>.<slot>
@@ -342,12 +342,11 @@ def load(
     weights: bool = True,
     trust_pickle: bool = False,
 ) -> Any:
-    """A distributed checkpoint read whole into one process: a ``specc.train.checkpoint.Checkpoint``, with the
+    """A distributed checkpoint read whole into one process: a ``specc.checkpoint_format.Checkpoint``, with the
     optimizer's tensors as ``<param>.<slot>`` (``with_optimizer``; None when the folder holds none), or with
     no tensors at all (``weights=False``: its spec and training state, checked)."""
     from ..ir.lower import lower
     from ..spec.loader import load_embedded_spec
-    from ..train.checkpoint import Checkpoint, check_train_state
 
     folder = open_folder(path, trust_pickle)
     p, meta, stored = folder.path, folder.meta, folder.tensors

@@ -9,12 +9,13 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
+from ..checkpoint_format import TrainConfig
 from ..errors import SpecError
 from ..ir.graph import LayerGraph
 from ..ir.lower import lower
@@ -29,26 +30,6 @@ from .vocab import PAD, Vocab
 
 MAX_STEPS = 10_000_000
 MAX_BATCH = 1 << 16
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    task: str
-    steps: int
-    batch: int = 64
-    lr: float = 1e-3
-    min_len: int | None = None  # None: the task's default (seq2seq) / 1 (lm)
-    max_len: int | None = None  # lm: the window length (default min(context, 128))
-    seed: int = 0
-    schedule: str = "cosine"
-    warmup: int | None = None  # None: min(100, steps // 10)
-    clip: float = 1.0
-    eval_every: int | None = None  # None: steps // 5
-    eval_size: int = 512
-    text: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class Reporter(Protocol):

@@ -63,8 +63,9 @@ def resume_run(
         raise SpecError(f"the checkpoint was trained on task {saved['task']}, not {task}", file=str(path))
     cfg = replace(TrainConfig(**saved), **{k: v for k, v in overrides.items() if v is not None})
     weights, shards = (None, folder) if folder is not None else (ck.weights, None)
-    run = setup(ck.spec, cfg, device, weights=weights, vocab=ck.vocab, mesh=mesh, shards=shards)
-    if run.vocab != ck.vocab:
+    vocab = C.vocab_of(ck)
+    run = setup(ck.spec, cfg, device, weights=weights, vocab=vocab, mesh=mesh, shards=shards)
+    if run.vocab != vocab:
         raise SpecError("the checkpoint's vocabulary does not match its task", file=str(path))
     if ck.step >= cfg.steps:
         raise SpecError(
