@@ -54,7 +54,7 @@ def model_source(graph: LayerGraph) -> GeneratedSource:
     task = meta["task"]
     step = STEP_INPUTS.get(task)
     follow = meta.get("positions_follow")  # decided by lowering
-    prefixes = [op.attrs["prefix"] for op in graph.ops() if op.kind == "attention" and op.attrs["mask"] == "prefix"]
+    prefixes = [op.attrs.prefix for op in graph.ops() if op.kind == "attention" and op.attrs.mask == "prefix"]
     if prefixes:
         meta["prefix"] = max(prefixes)  # cached decoding starts once the sequence covers the prefix
     root = build_tree(graph)

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....ir.graph import Op
-from ....ir.ops import AttentionAttrs
 
 Attr = Callable[[str], str]
 
@@ -58,12 +57,13 @@ def lit(value: Any) -> str:
     return repr(value)
 
 
-def _kwargs(a: Attr, op: Op, defaults: dict[str, Any]) -> str:
-    """``, key=value`` for each attribute that is a parameter or differs from the constructor's default."""
+def _kwargs(a: Attr, op: Op, keys: tuple[str, ...], **defaults: Any) -> str:
+    """``, key=value`` for each attribute that is a parameter or differs from the constructor's default: the
+    op kind's declared default (the catalogue's attribute class), or the one given here."""
     out = []
-    for key, default in defaults.items():
+    for key in keys:
         text = a(key)
-        if text != lit(default):
+        if text != lit(defaults[key] if key in defaults else type(op.attrs).default(key)):
             out.append(f", {key}={text}")
     return "".join(out)
 
@@ -82,13 +82,13 @@ ACTIVATION_MODULES = {
 
 
 def _linear_call(op: Op, c: Call) -> str:
-    return f"{c.module}({c.args[0]}, {c.weight})" if op.attrs.get("tied_to") else _module_call(op, c)
+    return f"{c.module}({c.args[0]}, {c.weight})" if op.attrs.tied_to else _module_call(op, c)
 
 
 def _linear_ctor(op: Op, a: Attr) -> str:
-    bias = "" if op.attrs.get("bias") else ", bias=False"
-    if op.attrs.get("tied_to"):
-        return f"TiedLinear({a('out_features')}{', bias=True' if op.attrs.get('bias') else ''})"
+    bias = "" if op.attrs.bias else ", bias=False"
+    if op.attrs.tied_to:
+        return f"TiedLinear({a('out_features')}{', bias=True' if op.attrs.bias else ''})"
     return f"nn.Linear({a('in_features')}, {a('out_features')}{bias})"
 
 
@@ -96,15 +96,15 @@ _emits("linear", call=_linear_call, ctor=_linear_ctor, structural=("bias", "tied
 
 
 def _embedding_call(op: Op, c: Call) -> str:
-    scale = float(op.attrs.get("scale", 1.0))
-    x = f"F.embedding({c.args[0]}, {c.weight})" if op.attrs.get("tied_to") else _module_call(op, c)
+    scale = float(op.attrs.scale)
+    x = f"F.embedding({c.args[0]}, {c.weight})" if op.attrs.tied_to else _module_call(op, c)
     return x if scale == 1.0 else f"scaled({x}, {scale!r})"  # the scale rounded to the model's dtype
 
 
 _emits(
     "embedding",
     call=_embedding_call,
-    ctor=lambda op, a: None if op.attrs.get("tied_to") else f"nn.Embedding({a('vocab')}, {a('dim')})",
+    ctor=lambda op, a: None if op.attrs.tied_to else f"nn.Embedding({a('vocab')}, {a('dim')})",
     structural=("tied_to", "scale"),
 )
 _emits(
@@ -133,19 +133,19 @@ _emits(
 _emits(
     "learned_pos_2d",
     call=_module_call,
-    ctor=lambda op, a: f"LearnedPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, {'cls': False})})",
+    ctor=lambda op, a: f"LearnedPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, ('cls',))})",
 )
 _emits(
     "sinusoidal_pos_2d",
     call=_module_call,
-    ctor=lambda op, a: f"SinusoidalPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, {'cls': False})})",
+    ctor=lambda op, a: f"SinusoidalPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, ('cls',))})",
 )
 _emits(
     "patch_embed",
     call=_module_call,
     structural=("bias",),
     ctor=lambda op, a: (
-        f"PatchEmbed({a('channels')}, {a('dim')}, {a('patch')}{'' if op.attrs.get('bias') else ', bias=False'})"
+        f"PatchEmbed({a('channels')}, {a('dim')}, {a('patch')}{'' if op.attrs.bias else ', bias=False'})"
     ),
 )
 _emits("cls_token", call=_module_call, ctor=lambda op, a: f"ClsToken({a('dim')})")
@@ -153,13 +153,13 @@ _emits(
     "layernorm",
     call=_module_call,
     structural=("bias",),
-    ctor=lambda op, a: f"nn.LayerNorm({a('dim')}, eps={a('eps')}{'' if op.attrs.get('bias') else ', bias=False'})",
+    ctor=lambda op, a: f"nn.LayerNorm({a('dim')}, eps={a('eps')}{'' if op.attrs.bias else ', bias=False'})",
 )
 _emits(
     "rmsnorm",
     call=_module_call,
     structural=("unit_offset",),
-    ctor=lambda op, a: f"{'OffsetRMSNorm' if op.attrs.get('unit_offset') else 'RMSNorm'}({a('dim')}, eps={a('eps')})",
+    ctor=lambda op, a: f"{'OffsetRMSNorm' if op.attrs.unit_offset else 'RMSNorm'}({a('dim')}, eps={a('eps')})",
 )
 _emits(
     "slice_rmsnorm",
@@ -167,69 +167,68 @@ _emits(
     structural=("unit_offset",),
     ctor=lambda op, a: (
         f"SliceRMSNorm({a('dim')}, {a('start')}, {a('width')}, eps={a('eps')}"
-        f"{', unit_offset=True' if op.attrs.get('unit_offset') else ''})"
+        f"{', unit_offset=True' if op.attrs.unit_offset else ''})"
     ),
 )
-_emits("activation", call=_module_call, ctor=lambda op, a: ACTIVATION_MODULES[op.attrs["fn"]], structural=("fn",))
+_emits("activation", call=_module_call, ctor=lambda op, a: ACTIVATION_MODULES[op.attrs.fn], structural=("fn",))
 _emits(
     "glu",
     call=lambda op, c: f"{c.module}({c.args[0]}) * {c.args[1]}",
-    ctor=lambda op, a: ACTIVATION_MODULES[op.attrs["fn"]],
+    ctor=lambda op, a: ACTIVATION_MODULES[op.attrs.fn],
     structural=("fn",),
 )
 _emits("dropout", call=_module_call, ctor=lambda op, a: f"nn.Dropout({a('p')})")
 
 
 def _add_call(op: Op, c: Call) -> str:
-    p = op.attrs.get("dropout", 0.0)
+    p = op.attrs.dropout
     branch = f"F.dropout({c.args[1]}, {p!r}, self.training)" if p else c.args[1]
     return f"{c.args[0]} + {branch}"
 
 
 _emits("add", call=_add_call, structural=("dropout",), depth=0)
-_emits("scale", call=lambda op, c: f"{c.args[0]} * {float(op.attrs['factor'])!r}", structural=("factor",), depth=0)
+_emits("scale", call=lambda op, c: f"{c.args[0]} * {float(op.attrs.factor)!r}", structural=("factor",), depth=0)
 _emits(
     "softcap",
-    call=lambda op, c: f"torch.tanh({c.args[0]} / {float(op.attrs['cap'])!r}) * {float(op.attrs['cap'])!r}",
+    call=lambda op, c: f"torch.tanh({c.args[0]} / {float(op.attrs.cap)!r}) * {float(op.attrs.cap)!r}",
     structural=("cap",),
     depth=1,
 )
 _emits("sigmoid_gate", call=lambda op, c: f"torch.sigmoid({c.args[1]}) * {c.args[0]}", depth=1)
 _emits(
     "pool",
-    call=lambda op, c: f"{c.args[0]}.mean(1)" if op.attrs["mode"] == "mean" else f"{c.args[0]}[:, 0]",
+    call=lambda op, c: f"{c.args[0]}.mean(1)" if op.attrs.mode == "mean" else f"{c.args[0]}[:, 0]",
     structural=("mode",),
     depth=0,
 )
 
-# The layer constructors' defaults, declared once with the op's attributes (a test holds the two equal).
-SELF_ATTENTION_DEFAULTS = {k: AttentionAttrs.default(k) for k in ("mask", "scale", "window", "prefix", "dropout")}
-SELF_ATTENTION_DEFAULTS["chunk"] = AttentionAttrs.default("chunk")
-ROTARY_DEFAULTS = {k: AttentionAttrs.default(k) for k in ("rope_scaling", "rope_interleaved")}
+# Keyword arguments of the layers, their defaults declared once with the op's attributes (a test holds the
+# layer constructors' defaults equal to them).
+SELF_ATTENTION_KWARGS = ("mask", "scale", "window", "prefix", "dropout", "chunk")
+ROTARY_KWARGS = ("rope_scaling", "rope_interleaved")
 
 
 def _attention_ctor(op: Op, a: Attr) -> str:
     head = f"{a('heads')}, {a('kv_heads')}, {a('head_dim')}"
-    if op.attrs.get("cross"):
-        defaults = {"scale": 1.0 / op.attrs["head_dim"] ** 0.5, "dropout": 0.0}
-        return f"CrossAttention({head}{_kwargs(a, op, defaults)})"
-    defaults = dict(SELF_ATTENTION_DEFAULTS)
-    defaults["scale"] = 1.0 / op.attrs["head_dim"] ** 0.5  # written only when it is not 1/√head_dim
+    scale = 1.0 / op.attrs.head_dim**0.5  # written only when it is not 1/√head_dim
+    if op.attrs.cross:
+        return f"CrossAttention({head}{_kwargs(a, op, ('scale', 'dropout'), scale=scale)})"
+    kwargs = _kwargs(a, op, SELF_ATTENTION_KWARGS, scale=scale)
     rope = ""
-    if op.attrs.get("rope_dims"):
-        extra = _kwargs(a, op, ROTARY_DEFAULTS).replace(", rope_scaling=", ", scaling=")
+    if op.attrs.rope_dims:
+        extra = _kwargs(a, op, ROTARY_KWARGS).replace(", rope_scaling=", ", scaling=")
         extra = extra.replace(", rope_interleaved=", ", interleaved=")
         rope = f", rope=Rotary({a('rope_dims')}, {a('rope_theta')}{extra})"
-    if op.attrs.get("softcap"):  # SDPA cannot cap scores: the explicit-softmax layer
-        return f"SoftcapAttention({head}{_kwargs(a, op, defaults)}{rope}, softcap={a('softcap')})"
-    windowed = op.attrs.get("mask") in ("sliding_window", "chunked")  # decoding reads the window only
-    return f"{'Windowed' if windowed else 'Self'}Attention({head}{_kwargs(a, op, defaults)}{rope})"
+    if op.attrs.softcap:  # SDPA cannot cap scores: the explicit-softmax layer
+        return f"SoftcapAttention({head}{kwargs}{rope}, softcap={a('softcap')})"
+    windowed = op.attrs.mask in ("sliding_window", "chunked")  # decoding reads the window only
+    return f"{'Windowed' if windowed else 'Self'}Attention({head}{kwargs}{rope})"
 
 
 def _attention_call(op: Op, c: Call) -> str:
-    if op.attrs.get("cross"):
+    if op.attrs.cross:
         return _module_call(op, c)
-    if op.attrs["padding"]:
+    if op.attrs.padding:
         return _with_state(op, c)
     return f"{c.module}({c.args[0]}, state={c.state})"
 
@@ -239,22 +238,15 @@ _emits(
     call=_attention_call,
     ctor=_attention_ctor,
     structural=("cross", "padding", "mask"),  # layers of differing masks (layer kinds) get their own classes
-    variant=lambda op: (bool(op.attrs.get("rope_dims")), bool(op.attrs.get("softcap"))),
-    state=lambda op: not op.attrs.get("cross"),
+    variant=lambda op: (bool(op.attrs.rope_dims), bool(op.attrs.softcap)),
+    state=lambda op: not op.attrs.cross,
 )
 
-MOE_DEFAULTS = {
-    "expert": "swiglu",
-    "activation": "silu",
-    "normalize": True,
-    "bias": False,
-    "aux_loss_coef": 0.0,
-    "jitter": 0.0,
-}
+MOE_KWARGS = ("expert", "activation", "normalize", "bias", "aux_loss_coef", "jitter")  # defaults: MoEAttrs
 
 
 def _moe_ctor(op: Op, a: Attr) -> str:
-    return f"MoE({a('experts')}, {a('active')}, {a('dim')}, {a('hidden')}{_kwargs(a, op, MOE_DEFAULTS)})"
+    return f"MoE({a('experts')}, {a('active')}, {a('dim')}, {a('hidden')}{_kwargs(a, op, MOE_KWARGS)})"
 
 
 _emits(
@@ -262,14 +254,14 @@ _emits(
     call=_module_call,
     ctor=_moe_ctor,
     structural=("expert", "bias"),
-    variant=lambda op: bool(op.attrs.get("jitter")),
+    variant=lambda op: bool(op.attrs.jitter),
 )  # jitter > 0: the router's input goes through route()
 
 RNN_MODULES = {"gru": "nn.GRU", "lstm": "nn.LSTM", "rnn": "nn.RNN"}
 
 
 def _rnn_ctor(op: Op, a: Attr) -> str:
-    cls = RNN_MODULES[op.attrs["cell"]]
+    cls = RNN_MODULES[op.attrs.cell]
     return (
         f"{cls}({a('input_size')}, {a('hidden')}, {a('layers')}, batch_first=True, bidirectional={a('bidirectional')})"
     )
@@ -285,7 +277,7 @@ _emits(
 
 def _rnn_decoder_ctor(op: Op, a: Attr) -> str:
     head = f"{a('cell')}, {a('input_size')}, {a('hidden')}, {a('layers')}, {a('enc_dim')}"
-    return f"RNNDecoder({head}{_kwargs(a, op, {'enc_directions': 1, 'attention': 'bahdanau', 'attention_dim': None})})"
+    return f"RNNDecoder({head}{_kwargs(a, op, ('enc_directions', 'attention', 'attention_dim'))})"
 
 
 _emits("rnn_decoder", call=_with_state, ctor=_rnn_decoder_ctor, state=lambda op: True)
@@ -294,4 +286,4 @@ _emits("rnn_decoder", call=_with_state, ctor=_rnn_decoder_ctor, state=lambda op:
 def ctor_attrs(op: Op) -> dict[str, Any]:
     """The attributes that may differ between ops sharing a class (constructor arguments)."""
     e = EMITTERS[op.kind]
-    return {k: v for k, v in op.attrs.items() if k not in e.structural} if e.ctor else {}
+    return {k: v for k, v in op.attrs.to_dict().items() if k not in e.structural} if e.ctor else {}

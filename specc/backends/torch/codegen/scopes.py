@@ -51,8 +51,9 @@ def is_container(scope: Scope) -> bool:
 
 def op_reads(op: Op) -> list[str]:
     reads = list(op.inputs)
-    if op.attrs.get("tied_to"):
-        reads.append(f"param:{op.attrs['tied_to']}")
+    tied = getattr(op.attrs, "tied_to", None)  # linear and embedding ops may read another op's weight
+    if tied:
+        reads.append(f"param:{tied}")
     return reads
 
 
@@ -155,7 +156,7 @@ def signatures(scope: Scope, graph: LayerGraph, dynamic: set[str]) -> None:
         if unit.op is not None:
             op = unit.op
             e = EMITTERS[op.kind]
-            structural = (*((k, repr(op.attrs.get(k))) for k in e.structural), e.variant(op))
+            structural = (*((k, repr(getattr(op.attrs, k))) for k in e.structural), e.variant(op))
             part: tuple = ("op", unit.key, op.kind, structural, wiring, static, op.name == logits)
             scope.needs_state |= e.state(op) or static or op.name == logits
         else:

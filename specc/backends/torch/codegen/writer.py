@@ -103,7 +103,7 @@ class Writer:
                 rel = unit.key
 
                 def attr(key: str, rel: str = rel, op: Any = unit.op) -> str:
-                    return plan.params.get((rel, key)) or lit(op.attrs.get(key))
+                    return plan.params.get((rel, key)) or lit(getattr(op.attrs, key))
 
                 ctor = e.ctor(unit.op, attr)
                 if ctor is not None:
@@ -232,7 +232,8 @@ class Body:
                 vals[0] = (f"last_positions({vals[0][0]}, state)", vals[0][1] + 1)
             if op.kind == "linear" and self._feeds_jittered_router(op.name):
                 vals[0] = (f"self.{self._router_owner(op.name)}.route({vals[0][0]})", vals[0][1] + 1)
-            weight = self.value(f"param:{op.attrs['tied_to']}")[0] if op.attrs.get("tied_to") else None
+            tied = getattr(op.attrs, "tied_to", None)
+            weight = self.value(f"param:{tied}")[0] if tied else None
             expr = e.call(op, Call(f"self.{unit.key}", [v for v, _ in vals], weight))
             if static:
                 return f"reuse(state, self.{unit.key}, lambda: {expr})", 2
@@ -248,7 +249,7 @@ class Body:
 
     def _feeds_jittered_router(self, name: str) -> bool:
         return any(
-            u.op is not None and u.op.kind == "moe" and u.op.inputs[1] == name and u.op.attrs.get("jitter")
+            u.op is not None and u.op.kind == "moe" and u.op.inputs[1] == name and u.op.attrs.jitter
             for u in self.scope.units
         )
 
