@@ -10,7 +10,8 @@ and the keys below say how the two differ (each 0 for everything else):
 - ``unused``: rows and tables the reference stores but never reads (BART's 2 offset rows per learned position
   table; the ``shared`` table of an untied BART);
 - ``buffers``: specc parameters the reference holds as buffers (BART/Marian ``final_logits_bias``, specc's
-  ``lm_head.bias``).
+  ``lm_head.bias``; for every spec, a MoE's ``score_bias``: DeepSeek-V3's ``e_score_correction_bias``, set by
+  load balancing, not trained, a buffer in DeepSeek's and transformers' code).
 
 So ``total = stored + frozen + unused − buffers`` and ``trainable = total − frozen`` (transformers'
 ``num_parameters(only_trainable=True)``). ``active``, ``embedding``, ``non_embedding`` (= stored − embedding),
@@ -96,6 +97,7 @@ def count_params(g: LayerGraph) -> ParamCounts:
         elif op.category in HEAD_CATEGORIES:
             pc.head += n
     _reference_counts(g, pc)
+    pc.buffers += sum(numel(op.params["score_bias"].shape) for op in g.ops() if "score_bias" in op.params)
     return pc
 
 

@@ -26,6 +26,12 @@ Conventions every backend follows:
   ``aux_loss_coef`` weighs the load-balancing loss ``coef · E · Σ_e f_e · P_e``, where ``f_e`` is the fraction
   of the top-``active`` assignments that go to expert ``e`` (assignments to e / (T · active), T tokens) and
   ``P_e`` is the mean router probability of ``e`` over the T tokens.
+  DeepSeek routing generalises the gates: scores are ``score`` (softmax | sigmoid) of the logits; the experts
+  are chosen from ``scores + score_bias`` (when ``score_bias``) restricted to the ``top_groups`` best of
+  ``groups`` equal groups (a group scored by its best expert, or the sum of its best two: ``group_score``);
+  the gates are the chosen experts' unbiased scores, renormalised (sum + 1e-20) when ``normalize``, times
+  ``routed_scale``. The routing lives in the op (the torch layer's ``select``), so expert dispatch takes
+  (indices, weights) alone.
 """
 
 from __future__ import annotations
@@ -405,6 +411,13 @@ class MoEAttrs(OpAttrs):
     aux_loss_coef: float = 0.0
     jitter: float = 0.0
     bias: bool = False
+    # DeepSeek-V2/V3 routing; the defaults are softmax → top-`active` (see the module docstring)
+    score: Literal["softmax", "sigmoid"] = "softmax"
+    score_bias: bool = False  # parameter `score_bias` [E]: added to the scores to choose, never to weight
+    groups: int = 1
+    top_groups: int = 1
+    group_score: Literal["max", "top2_sum"] = "max"
+    routed_scale: float = 1.0
 
 
 def _moe_params(a: MoEAttrs, s: list[Shape]) -> dict[str, ParamSpec]:
@@ -423,6 +436,8 @@ def _moe_params(a: MoEAttrs, s: list[Shape]) -> dict[str, ParamSpec]:
         else:
             out["b_in"] = ParamSpec((e, h), "zeros")
         out["b_out" if a.expert == "classic" else "b_down"] = ParamSpec((e, d), "zeros")
+    if a.score_bias:
+        out["score_bias"] = ParamSpec((e,), "zeros")
     return out
 
 

@@ -80,6 +80,43 @@ def mlp_rules(spec: _Transformer) -> Any:
             f"each token is routed to at most all experts: use active ≤ {m.experts}",
             also=(("mlp", "experts"),),
         )
+    if isinstance(m, MoEMLP):
+        yield from _routing_rules(m)
+
+
+def _routing_rules(m: MoEMLP) -> Any:
+    """Group-limited routing: whole groups, enough experts in the groups a token may use."""
+    r = m.router
+    if m.experts % r.groups:
+        yield Violation(
+            ("mlp", "router", "groups"),
+            f"experts {m.experts} are not divisible into {r.groups} groups",
+            "use a number of groups that divides mlp.experts",
+            also=(("mlp", "experts"),),
+        )
+        return
+    top = r.top_groups if r.top_groups is not None else r.groups
+    if top > r.groups:
+        yield Violation(
+            ("mlp", "router", "top_groups"),
+            f"top_groups {top} > groups {r.groups}",
+            f"use top_groups ≤ {r.groups}",
+            also=(("mlp", "router", "groups"),),
+        )
+        return
+    if r.groups > 1 and top * (m.experts // r.groups) < m.active <= m.experts:
+        yield Violation(
+            ("mlp", "router", "top_groups"),
+            f"{top} groups of {m.experts // r.groups} experts hold fewer than active {m.active}",
+            "raise top_groups or lower mlp.active",
+            also=(("mlp", "active"),),
+        )
+    if r.group_score == "top2_sum" and r.groups > 1 and m.experts // r.groups < 2:
+        yield Violation(
+            ("mlp", "router", "group_score"),
+            f"group_score top2_sum needs 2 experts per group, {m.experts // r.groups} given",
+            "use group_score: max or fewer groups",
+        )
 
 
 def position_rules(spec: _Transformer) -> Any:

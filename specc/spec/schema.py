@@ -147,6 +147,27 @@ class Router(_Strict):
         description="training only: multiply the router input by U(1-jitter, 1+jitter) noise (Switch Transformer); "
         "0: off",
     )
+    # DeepSeek-V2/V3 routing (scores, a selection-only bias, group-limited top-k, a scale on the routed sum)
+    score: Literal["softmax", "sigmoid"] = Field(
+        "softmax", description="expert scores from the router logits: softmax over experts, or sigmoid (DeepSeek-V3)"
+    )
+    score_bias: SBool = Field(
+        False,
+        description="a per-expert bias added to the scores only to choose the experts, not to weight them "
+        "(DeepSeek-V3's e_score_correction_bias, set by load balancing rather than gradients)",
+    )
+    groups: SInt = Field(
+        1, ge=1, le=MAX_EXPERTS, description="expert groups (n_group): a token picks its experts from top_groups"
+    )
+    top_groups: SInt | None = Field(
+        None, ge=1, le=MAX_EXPERTS, description="groups a token may route to (topk_group); default all groups"
+    )
+    group_score: Literal["max", "top2_sum"] = Field(
+        "max",
+        description="a group's score for the group choice: its best expert's (DeepSeek-V2) or the sum of its best "
+        "two (DeepSeek-V3), from the biased scores",
+    )
+    scale: float = Field(1.0, gt=0, description="multiply the routed experts' weights by this (routed_scaling_factor)")
 
 
 class SharedExpert(_Strict):

@@ -23,6 +23,12 @@ def moe_flops(a: MoEAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     bias = routed * (h * (2 if swiglu else 1) + d) * C.BIAS if a.bias else 0
     act = C.ACTIVATION[a.activation] + (C.GLU_PRODUCT if swiglu else 0)
     router = C.SOFTMAX * t * e + (C.MOE_RENORMALISE * routed if a.normalize else 0)
+    if a.score_bias:
+        router += t * e  # the selection bias: one add per score
+    if a.groups > 1:
+        router += t * e  # group scores (a max or a top-2 sum per group) and the mask
+    if a.routed_scale != 1.0:
+        router += routed
     return [
         Flop(matmul=2 * routed * d * h * _mats(a), other=bias + C.MOE_COMBINE * routed * d),
         Flop("activation", other=act * routed * h),

@@ -10,10 +10,12 @@ Two forms, chosen by ``ExportOptions.moe``:
   sum. Static shapes and no data-dependent ops (``NonZero``), for runtimes and compilers that need them, at
   E/A times the expert FLOPs.
 
-Gates come from ``exp(logit - logsumexp)`` (over all experts, or over the top-A when renormalised, which
-equals softmax → top-A → renormalise), computed in fp32 as the torch layer does, so the graph has no Softmax
-node to confuse with attention. Per-expert weights are ``Gather``s of the [E, out, in] initializers (which keep
-their IR names); onnxruntime folds them into constants at session creation and pre-packs them for MatMul.
+DeepSeek routing (sigmoid scores, the selection-only ``score_bias``, group-limited top-k, ``routed_scale``) has
+its own ``_route_deepseek``. Gates come from ``exp(logit - logsumexp)`` (over all experts, or over the top-A when
+renormalised, which equals softmax → top-A → renormalise), computed in fp32 as the torch layer does, so the
+graph has no Softmax node to confuse with attention. Per-expert weights are ``Gather``s of the [E, out, in]
+initializers (which keep their IR names); onnxruntime folds them into constants at session creation and pre-packs them
+for MatMul.
 """
 
 from __future__ import annotations
@@ -34,12 +36,61 @@ def _route(b: GraphBuilder, op: Op, logits: str) -> tuple[str, str]:
     scores = b.op("Reshape", [logits, b.i64(-1, a.experts)], scope=op.name)  # [T, E]
     if b.ftype != TensorProto.FLOAT:
         scores = b.op("Cast", [scores], scope=op.name, to=TensorProto.FLOAT)  # torch routes in fp32
+    if a.score != "softmax" or a.score_bias or a.groups > 1:
+        gates, idx = _route_deepseek(b, op, scores)
+        if b.ftype != TensorProto.FLOAT:
+            gates = b.op("Cast", [gates], scope=op.name, to=b.ftype)
+        return gates, idx
     top, idx = b.op("TopK", [scores, b.i64(a.active)], scope=op.name, outputs=2, axis=-1, largest=1, sorted=1)
     norm = top if a.normalize else scores
     lse = b.op("ReduceLogSumExp", [norm, b.i64(-1)], scope=op.name, keepdims=1)
     gates = b.op("Exp", [b.op("Sub", [top, lse], scope=op.name)], scope=op.name)
     if b.ftype != TensorProto.FLOAT:
         gates = b.op("Cast", [gates], scope=op.name, to=b.ftype)
+    return gates, idx
+
+
+def _route_deepseek(b: GraphBuilder, op: Op, logits: str) -> tuple[str, str]:
+    """DeepSeek routing on fp32 logits [T, E]: scores (softmax as exp(x - logsumexp), or sigmoid), experts chosen
+    from scores + score_bias within the top_groups best groups, gates = the chosen unbiased scores
+    (renormalised + 1e-20 when asked) × routed_scale."""
+    a, f32 = op.attrs, TensorProto.FLOAT
+    if a.score == "softmax":
+        lse = b.op("ReduceLogSumExp", [logits, b.i64(-1)], scope=op.name, keepdims=1)
+        scores = b.op("Exp", [b.op("Sub", [logits, lse], scope=op.name)], scope=op.name)
+    else:
+        scores = b.op("Sigmoid", [logits], scope=op.name)
+    choice = scores
+    if a.score_bias:
+        bias = b.param(f"{op.name}.score_bias")
+        if b.ftype != f32:
+            bias = b.op("Cast", [bias], scope=op.name, to=f32)
+        choice = b.op("Add", [scores, bias], scope=op.name)
+    if a.groups > 1:
+        per = a.experts // a.groups
+        grouped = b.op("Reshape", [choice, b.i64(-1, a.groups, per)], scope=op.name)  # [T, G, E/G]
+        if a.group_score == "max":
+            best = b.op("ReduceMax", [grouped, b.i64(-1)], scope=op.name, keepdims=0)
+        else:
+            two = b.op("TopK", [grouped, b.i64(2)], scope=op.name, outputs=2, axis=-1, largest=1, sorted=1)[0]
+            best = b.op("ReduceSum", [two, b.i64(-1)], scope=op.name, keepdims=0)  # [T, G]
+        top = b.op("TopK", [best, b.i64(a.top_groups)], scope=op.name, outputs=2, axis=-1, largest=1, sorted=1)[1]
+        zeros = b.op("Mul", [best, b.const(0.0, "zero", dtype="float32")], scope=op.name)
+        one = b.const(1.0, "one", dtype="float32")
+        ones = b.op("Expand", [one, b.op("Shape", [top], scope=op.name)], scope=op.name)
+        keep = b.op("ScatterElements", [zeros, top, ones], scope=op.name, axis=1)  # [T, G]: 1 for kept groups
+        keep = b.op("Unsqueeze", [keep, b.i64(-1)], scope=op.name)
+        keep = b.op("Expand", [keep, b.op("Shape", [grouped], scope=op.name)], scope=op.name)
+        keep = b.op("Cast", [b.op("Reshape", [keep, b.i64(-1, a.experts)], scope=op.name)], scope=op.name, to=9)
+        choice = b.op("Where", [keep, choice, b.const(float("-inf"), "ninf", dtype="float32")], scope=op.name)
+    idx = b.op("TopK", [choice, b.i64(a.active)], scope=op.name, outputs=2, axis=-1, largest=1, sorted=1)[1]
+    gates = b.op("GatherElements", [scores, idx], scope=op.name, axis=1)
+    if a.normalize:
+        total = b.op("ReduceSum", [gates, b.i64(-1)], scope=op.name, keepdims=1)
+        total = b.op("Add", [total, b.const(1e-20, "tiny", dtype="float32")], scope=op.name)
+        gates = b.op("Div", [gates, total], scope=op.name)
+    if a.routed_scale != 1.0:
+        gates = b.op("Mul", [gates, b.const(a.routed_scale, "routed_scale", dtype="float32")], scope=op.name)
     return gates, idx
 
 

@@ -119,6 +119,12 @@ def _mlp(c: Context, p: str, x: str, layer: int) -> str:
             aux_loss_coef=float(m.router.aux_loss_coef),
             jitter=float(m.router.jitter),
             bias=s.bias.mlp,
+            score=m.router.score,
+            score_bias=m.router.score_bias,
+            groups=m.router.groups,
+            top_groups=m.router.top_groups if m.router.top_groups is not None else m.router.groups,
+            group_score=m.router.group_score,
+            routed_scale=float(m.router.scale),
         )
         return routed if m.shared is None else _shared_expert(c, p, x, routed, layer)
     if isinstance(m, SwiGLUMLP):

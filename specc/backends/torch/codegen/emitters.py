@@ -242,7 +242,15 @@ _emits(
     state=lambda op: not op.attrs.cross,
 )
 
-MOE_KWARGS = ("expert", "activation", "normalize", "bias", "aux_loss_coef", "jitter")  # defaults: MoEAttrs
+MOE_KWARGS = (
+    "expert",
+    "activation",
+    "normalize",
+    "bias",
+    "aux_loss_coef",
+    "jitter",
+    *("score", "score_bias", "groups", "top_groups", "group_score", "routed_scale"),  # DeepSeek routing
+)  # defaults: MoEAttrs
 
 
 def _moe_ctor(op: Op, a: Attr) -> str:
@@ -253,7 +261,7 @@ _emits(
     "moe",
     call=_module_call,
     ctor=_moe_ctor,
-    structural=("expert", "bias"),
+    structural=("expert", "bias", "score_bias"),
     variant=lambda op: bool(op.attrs.jitter),
 )  # jitter > 0: the router's input goes through route()
 

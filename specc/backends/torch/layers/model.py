@@ -19,7 +19,7 @@ def init_rule(module: nn.Module, local: str) -> str:
         return "rnn"
     if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
         return "ones" if local == "weight" and not getattr(module, "unit_offset", False) else "zeros"
-    return "zeros" if local == "bias" or local.startswith("b_") else "normal"
+    return "zeros" if local in ("bias", "score_bias") or local.startswith("b_") else "normal"
 
 
 class Model(nn.Module):

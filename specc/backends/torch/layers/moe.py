@@ -21,7 +21,8 @@ def _traced() -> bool:
 
 
 class MoE(nn.Module):
-    """Gates = softmax(router logits), top-`active` per token (renormalised when `normalize`).
+    """Gates = softmax(router logits), top-`active` per token (renormalised when `normalize`); DeepSeek's
+    routing (sigmoid scores, a selection-only ``score_bias``, group-limited top-k, ``routed_scale``) in ``select``.
 
     Training only: `jitter` multiplies the router input by U(1 - jitter, 1 + jitter) (Switch Transformer;
     the router is the caller's linear, so the noise is applied by ``route``), and ``aux_loss`` holds the
@@ -41,6 +42,12 @@ class MoE(nn.Module):
         bias: bool = False,
         aux_loss_coef: float = 0.0,
         jitter: float = 0.0,
+        score: str = "softmax",
+        score_bias: bool = False,
+        groups: int = 1,
+        top_groups: int = 1,
+        group_score: str = "max",
+        routed_scale: float = 1.0,
     ):
         super().__init__()
         self.experts, self.active, self.dim, self.hidden = experts, active, dim, hidden
@@ -58,6 +65,12 @@ class MoE(nn.Module):
         for name, shape in names:
             self.register_parameter(name, nn.Parameter(torch.empty(shape)))
         self.bias = bias
+        self.score, self.groups, self.top_groups = score, groups, top_groups
+        self.group_score, self.routed_scale = group_score, routed_scale
+        if score_bias:  # chooses experts only (no gradient reaches it through top-k indices)
+            self.score_bias = nn.Parameter(torch.empty(e))
+        else:
+            self.score_bias = None
 
     def _b(self, name: str, e: int) -> Tensor | None:
         return getattr(self, name)[e] if self.bias else None
@@ -75,12 +88,30 @@ class MoE(nn.Module):
             return x * torch.empty_like(x).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
         return x
 
+    def select(self, router_logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The routing: (gate weights [T, A] fp32, chosen experts [T, A], scores [T, E] fp32)."""
+        logits = router_logits.reshape(-1, self.experts).float()
+        probs = logits.softmax(-1) if self.score == "softmax" else logits.sigmoid()
+        if self.score_bias is None and self.groups == 1:
+            weights, chosen = probs.topk(self.active, -1)
+        else:
+            choice = probs if self.score_bias is None else probs + self.score_bias.float()
+            if self.groups > 1:  # keep the experts of the top_groups best groups (DeepSeek)
+                grouped = choice.view(-1, self.groups, self.experts // self.groups)
+                best = grouped.max(-1).values if self.group_score == "max" else grouped.topk(2, -1).values.sum(-1)
+                keep = torch.zeros_like(best, dtype=torch.bool).scatter(1, best.topk(self.top_groups, -1).indices, True)
+                choice = choice.masked_fill(~keep.repeat_interleave(self.experts // self.groups, 1), float("-inf"))
+            chosen = choice.topk(self.active, -1).indices
+            weights = probs.gather(1, chosen)
+        if self.normalize:
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        if self.routed_scale != 1.0:
+            weights = weights * self.routed_scale
+        return weights, chosen, probs
+
     def forward(self, x: Tensor, router_logits: Tensor) -> Tensor:
         tokens = x.reshape(-1, self.dim)
-        probs = router_logits.reshape(-1, self.experts).float().softmax(-1)
-        weights, chosen = probs.topk(self.active, -1)  # [T, A]
-        if self.normalize:
-            weights = weights / weights.sum(-1, keepdim=True)
+        weights, chosen, probs = self.select(router_logits)  # [T, A]
         weights = weights.to(x.dtype)
         if self.training and self.aux_loss_coef:
             routed = F.one_hot(chosen, self.experts).float().sum(1).mean(0) / self.active  # f_e
@@ -109,4 +140,8 @@ class MoE(nn.Module):
 
     def extra_repr(self) -> str:
         kind = "swiglu" if self.swiglu else self.activation
-        return f"experts={self.experts}, active={self.active}, dim={self.dim}, hidden={self.hidden}, expert={kind}"
+        extra = f", score={self.score}" if self.score != "softmax" else ""
+        extra += f", groups={self.top_groups}/{self.groups}" if self.groups > 1 else ""
+        return (
+            f"experts={self.experts}, active={self.active}, dim={self.dim}, hidden={self.hidden}, expert={kind}{extra}"
+        )
