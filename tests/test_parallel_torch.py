@@ -50,6 +50,9 @@ def _worker(rank: int, world: int, port: int, fn: Any, args: tuple[Any, ...], ou
     finally:
         dist.destroy_process_group()
     torch.save(result, f"{out}/{rank}.pt")
+    from specc.parallel.launch import end_process
+
+    end_process(0)  # not through interpreter finalization with gloo threads alive (test_parallel_exit.py)
 
 
 def spawn(world: int, fn: Any, *args: Any) -> list[Any]:

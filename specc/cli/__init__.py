@@ -95,4 +95,8 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
-    sys.exit(run())
+    code = run()
+    launch = sys.modules.get("specc.parallel.launch")  # imported only by commands that may start a group
+    if launch is not None and launch.STARTED:
+        launch.end_process(code)  # never through interpreter finalization with gloo threads alive
+    sys.exit(code)

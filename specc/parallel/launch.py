@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import sys
 from typing import Any
 
 import torch
@@ -10,6 +13,7 @@ import torch
 from ..errors import SpecError
 
 KNOWN = ("dp", "tp")
+STARTED = False  # this process started a process group: it ends by ``end_process``
 NOT_RUN = {"pp": "pipeline", "ep": "expert", "cp": "context"}  # degrees the analyzer sizes; here only =1
 
 
@@ -64,7 +68,9 @@ def init_mesh(layout: dict[str, int], device: torch.device) -> Any:
             f"--parallel dp={layout['dp']},tp={layout['tp']} needs {need} processes; {how}",
             hint=f"torchrun --nproc-per-node {need} -m specc train ...",
         )
+    global STARTED
     if not dist.is_initialized():
+        STARTED = True
         backend = "nccl" if device.type == "cuda" else "gloo"
         if "WORLD_SIZE" in os.environ:  # torchrun's env:// rendezvous
             dist.init_process_group(backend)
@@ -80,3 +86,21 @@ def shutdown() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def end_process(code: int) -> None:
+    """End a process that ran a process group: flush, run the ``atexit`` handlers, then ``os._exit(code)``.
+
+    Why not a normal exit: objects that outlive ``destroy_process_group`` (FSDP2 and DTensor state of a model
+    still referenced, holding gloo work and groups) are destroyed during interpreter finalization while gloo's
+    C++ threads still run, and the process aborts now and then ("terminate called without an active
+    exception", SIGABRT). A torchrun rank that ran FSDP2 ends so in about one launch in five on a loaded
+    machine (tests/test_parallel_exit.py); skipping finalization leaves nothing to race.
+    """
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to say
+                stream.flush()
+        os._exit(code)
