@@ -221,6 +221,42 @@ FAMILY_CASES = [
         "falcon-40b-style", "FalconForCausalLM", dict(_FALCON, new_decoder_architecture=True, num_kv_heads=2, bias=True)
     ),
     Case("falcon-mha-seq", "FalconForCausalLM", dict(_FALCON, multi_query=False, parallel_attn=False, bias=True)),
+    # importer-only families of issue 26
+    Case(
+        "starcoder2-window",
+        "Starcoder2ForCausalLM",
+        dict(_QWEN, sliding_window=4, bos_token_id=0, eos_token_id=0, residual_dropout=0.1, embedding_dropout=0.1),
+    ),
+    Case("olmoe-topk", "OlmoeForCausalLM", dict(_QWEN, num_experts=4, num_experts_per_tok=2, pad_token_id=0)),
+    Case(
+        "smollm3-nope",
+        "SmolLM3ForCausalLM",
+        dict(_QWEN, no_rope_layers=[1, 0], pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False),
+    ),
+    Case(
+        "exaone4-hybrid",
+        "Exaone4ForCausalLM",
+        dict(_QWEN, head_dim=24, sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+    ),
+    Case(
+        "cohere-parallel",
+        "CohereForCausalLM",
+        dict(_QWEN, logit_scale=0.5, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    ),
+    Case(
+        "cohere2-nope",
+        "Cohere2ForCausalLM",
+        dict(
+            _QWEN,
+            logit_scale=0.5,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+            tie_word_embeddings=False,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
 ]
 FAMILY_BY_ID = {c.id: c for c in FAMILY_CASES}
 

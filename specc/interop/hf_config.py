@@ -174,11 +174,13 @@ class HFConfig:
             raise self.refuse(key, f"expected an object, got {_show(value)}")
         return value
 
-    def training(self, scaled_residual: bool = False, std: str = "initializer_range", **dropout: str) -> dict[str, Any]:
+    def training(
+        self, scaled_residual: bool = False, std: str = "initializer_range", std_default: float = 0.02, **dropout: str
+    ) -> dict[str, Any]:
         """The spec's ``dropout`` (spec part → config key) and ``init``: what only training reads."""
         return {
             "dropout": {part: self.dropout(key) for part, key in dropout.items()},
-            "init": {"std": self.number(std, 0.02), "scaled_residual": scaled_residual},
+            "init": {"std": self.number(std, std_default), "scaled_residual": scaled_residual},
         }
 
     def dropout(self, *keys: str) -> float:

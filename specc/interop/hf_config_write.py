@@ -54,7 +54,7 @@ def _window(layer: Any) -> int | None:
 
 
 def _plain_attention(s: Any, *allowed: str) -> None:
-    """Refuse attention features outside ``allowed`` (of mask, scale, softcap, qk_norm)."""
+    """Refuse attention features outside ``allowed`` (of mask, scale, softcap, qk_norm, logit_scale)."""
     for layer in _layers(s):
         a = layer.attention
         need(a.prefix is None and a.chunk is None, ("attention",), "prefix / chunked attention")
@@ -64,13 +64,16 @@ def _plain_attention(s: Any, *allowed: str) -> None:
         need("softcap" in allowed or a.softcap is None, ("attention", "softcap"), "attention logit softcapping")
         need("qk_norm" in allowed or a.qk_norm == "none", ("attention", "qk_norm"), "QK-norm")
     need(s.output.softcap is None or "softcap" in allowed, ("output", "softcap"), "final logit softcapping")
-    need(s.output.scale == 1.0, ("output", "scale"), "a logit scale")
+    need(s.output.scale == 1.0 or "logit_scale" in allowed, ("output", "scale"), "a logit scale")
 
 
-def rope_parameters(pos: Any, path: tuple[str | int, ...] = ("position",), partial: bool = False) -> dict[str, Any]:
-    """specc's rotary ``position:`` as transformers 5's ``rope_parameters``."""
+def rope_parameters(
+    pos: Any, path: tuple[str | int, ...] = ("position",), partial: bool = False, interleaved: bool = False
+) -> dict[str, Any]:
+    """specc's rotary ``position:`` as transformers 5's ``rope_parameters`` (``interleaved``: the class rotates
+    adjacent pairs, as Cohere's does)."""
     need(pos.type == "rotary", (*path, "type"), f"{pos.type} positions (the class uses RoPE)")
-    need(pos.rotation == "half", (*path, "rotation"), "interleaved RoPE pairs")
+    need(pos.rotation == "half" or interleaved, (*path, "rotation"), "interleaved RoPE pairs")
     need(partial or pos.fraction == 1.0, (*path, "fraction"), "partial RoPE (the class rotates whole heads)")
     out: dict[str, Any] = {"rope_type": "default", "rope_theta": pos.theta}
     if pos.fraction != 1.0:
@@ -422,6 +425,110 @@ def bart(s: Any, arch: str) -> dict[str, Any]:
     return cfg
 
 
+def starcoder2(s: Any) -> dict[str, Any]:
+    need(s.norm.type == "layernorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-LayerNorm")
+    need(_bias(s, "norm"), ("bias", "norm"), "LayerNorms without bias")
+    need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP (StarCoder2's is c_fc → c_proj)")
+    need(s.parallel == "none" and s.embedding_scale is None, ("parallel",), "a parallel or scaled block")
+    _plain_attention(s, "mask")
+    window = _one_window(s)
+    need(window is None or set(_layer_types(s)) == {"sliding_attention"}, ("layer_kinds",), "per-layer windows")
+    use_bias = _bias(s, "qkv")
+    need(_bias(s, "out") == use_bias == _bias(s, "mlp"), ("bias",), "biases on some projections only")
+    cfg = {**_sizes(s), "norm_epsilon": s.norm.eps, "tie_word_embeddings": s.tie_embeddings, "use_bias": use_bias}
+    cfg.update(intermediate_size=s.mlp.hidden, hidden_act=_act(s.mlp.activation, ("mlp", "activation")))
+    cfg.update(sliding_window=window, rope_parameters=rope_parameters(s.position))
+    return cfg
+
+
+def olmoe(s: Any) -> dict[str, Any]:
+    _pre_rms(s)
+    _plain_attention(s, "qk_norm")
+    need(s.attention.qk_norm == "full", ("attention", "qk_norm"), "OLMoE without full-width QK-norm")
+    need(_bias(s, "qkv") == _bias(s, "out"), ("bias",), "q/k/v biases without an output bias")
+    m = s.mlp
+    need(m.type == "moe" and m.expert == "swiglu" and m.shared is None, ("mlp",), "an MLP other than OLMoE's MoE")
+    cfg = {**_sizes(s), "rms_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings}
+    cfg.update(attention_bias=_bias(s, "qkv"), rope_parameters=rope_parameters(s.position))
+    cfg.update(intermediate_size=m.hidden, hidden_act=_act(_moe_activation(m), ("mlp", "activation")))
+    cfg.update(num_experts=m.experts, num_experts_per_tok=m.active, norm_topk_prob=m.router.normalize)
+    cfg["router_aux_loss_coef"] = m.router.aux_loss_coef
+    return cfg
+
+
+def _nope_rope(s: Any, interleaved: bool = False) -> tuple[list[bool], dict[str, Any]]:
+    """Which layers rotate q/k, and the one RoPE they share."""
+    layers = _layers(s)
+    rotary = [layer.position.type == "rotary" for layer in layers]
+    need(any(rotary), ("position", "type"), "no RoPE in any layer")
+    ropes = [
+        rope_parameters(layer.position, ("position",), False, interleaved)
+        for layer in layers
+        if layer.position.type == "rotary"
+    ]
+    need(all(r == ropes[0] for r in ropes), ("layer_kinds",), "different RoPE in different layers")
+    for layer, r in zip(layers, rotary, strict=True):
+        need(r or layer.position.type == "none", ("layer_kinds",), f"{layer.position.type} positions in a layer")
+    return rotary, ropes[0]
+
+
+def smollm3(s: Any) -> dict[str, Any]:
+    _pre_rms(s)
+    _plain_attention(s, "mask")
+    need(_bias(s, "qkv") == _bias(s, "out"), ("bias",), "q/k/v biases without an output bias")
+    rotary, rope = _nope_rope(s)
+    window = _one_window(s)
+    cfg = {**_sizes(s), "rms_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings, **_swiglu(s.mlp)}
+    cfg.update(attention_bias=_bias(s, "qkv"), mlp_bias=_bias(s, "mlp"), rope_parameters=rope)
+    cfg.update(no_rope_layers=[int(r) for r in rotary], layer_types=_layer_types(s))
+    cfg.update(use_sliding_window=window is not None, sliding_window=window)
+    cfg["pad_token_id"] = None  # SmolLM3Config's default (128004) is outside small vocabularies
+    return cfg
+
+
+def _rope_on_sliding_layers(s: Any, interleaved: bool = False) -> tuple[list[str], dict[str, Any], int | None]:
+    """EXAONE 4 and Cohere2: RoPE in the sliding layers only (EXAONE 4: everywhere when nothing slides)."""
+    rotary, rope = _nope_rope(s, interleaved)
+    types, window = _layer_types(s), _one_window(s)
+    want = [t == "sliding_attention" or window is None for t in types]
+    need(rotary == want, ("layer_kinds",), "RoPE in other layers than the sliding ones")
+    return types, rope, window
+
+
+def exaone4(s: Any) -> dict[str, Any]:
+    _pre_rms(s, "output")
+    _plain_attention(s, "mask", "qk_norm")
+    need(all(layer.attention.qk_norm == "head" for layer in _layers(s)), ("attention", "qk_norm"), "no QK-norm")
+    need(not any(_bias(s, k) for k in ("qkv", "out", "mlp")), ("bias",), "biases (EXAONE 4 has none)")
+    types, rope, window = _rope_on_sliding_layers(s)
+    cfg = {**_sizes(s), "rms_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings, **_swiglu(s.mlp)}
+    cfg.update(rope_parameters=rope, layer_types=types, sliding_window=window)
+    return cfg
+
+
+def cohere(s: Any, arch: str) -> dict[str, Any]:
+    need(s.norm.type == "layernorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-LayerNorm")
+    need(not _bias(s, "norm") and not _bias(s, "mlp"), ("bias",), "biases on the norms or the MLP")
+    need(s.parallel == "shared_norm" and s.embedding_scale is None, ("parallel",), "Cohere's parallel block")
+    need(_bias(s, "qkv") == _bias(s, "out"), ("bias",), "q/k/v biases without an output bias")
+    first = arch == "CohereForCausalLM"
+    _plain_attention(s, "logit_scale", *(() if first else ("mask",)))
+    rotary, rope = _nope_rope(s, interleaved=True)
+    halves = any(layer.position.rotation == "half" for layer in _layers(s) if layer.position.type == "rotary")
+    need(not halves, ("position", "rotation"), "RoPE on halves (Cohere rotates adjacent pairs)")
+    cfg = {**_sizes(s), "layer_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings, **_swiglu(s.mlp)}
+    cfg.update(attention_bias=_bias(s, "qkv"), logit_scale=s.output.scale)
+    if first:
+        need(all(rotary), ("layer_kinds",), "layers without RoPE")
+        need(_one_window(s) is None, ("attention", "mask"), "sliding windows")
+    else:
+        types, rope, window = _rope_on_sliding_layers(s, interleaved=True)
+        need(window is not None, ("attention", "mask"), "no sliding layers (Cohere2 alternates them)")
+        cfg.update(layer_types=types, sliding_window=window)
+    cfg["rope_parameters"] = rope
+    return cfg
+
+
 # HF class → (model_type, writer)
 WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "GPT2LMHeadModel": ("gpt2", gpt2),
@@ -436,6 +543,12 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "Gemma2ForCausalLM": ("gemma2", lambda s: gemma(s, "Gemma2ForCausalLM")),
     "Gemma3ForCausalLM": ("gemma3_text", lambda s: gemma(s, "Gemma3ForCausalLM")),
     "Olmo2ForCausalLM": ("olmo2", olmo2),
+    "OlmoeForCausalLM": ("olmoe", olmoe),
+    "SmolLM3ForCausalLM": ("smollm3", smollm3),
+    "Exaone4ForCausalLM": ("exaone4", exaone4),
+    "CohereForCausalLM": ("cohere", lambda s: cohere(s, "CohereForCausalLM")),
+    "Cohere2ForCausalLM": ("cohere2", lambda s: cohere(s, "Cohere2ForCausalLM")),
+    "Starcoder2ForCausalLM": ("starcoder2", starcoder2),
     "Phi3ForCausalLM": ("phi3", phi3),
     "PhiForCausalLM": ("phi", phi),
     "GPTNeoXForCausalLM": ("gpt_neox", neox),
@@ -464,6 +577,12 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "Gemma2ForCausalLM",
         "Gemma3ForCausalLM",
         "Olmo2ForCausalLM",
+        "OlmoeForCausalLM",
+        "SmolLM3ForCausalLM",
+        "Exaone4ForCausalLM",
+        "CohereForCausalLM",
+        "Cohere2ForCausalLM",
+        "Starcoder2ForCausalLM",
         "Phi3ForCausalLM",
         "PhiForCausalLM",
         "GPTNeoXForCausalLM",

@@ -1,6 +1,7 @@
 """Llama-style checkpoint names (``model.layers.{i}.self_attn.q_proj`` ...), shared by Llama, Mistral, Mixtral,
-Qwen2/3 (+MoE), Gemma 1/2/3, Phi-3 and OLMo-2 → specc scope names: split or fused q/k/v, fused ``gate_up_proj``,
-per-expert or fused expert tensors, QK-norms, sandwich / post-sublayer norms and Qwen2-MoE's shared expert.
+Qwen2/3 (+MoE), Gemma 1/2/3, Phi-3, OLMo-2, OLMoE, SmolLM3, EXAONE 4, Cohere 1/2 and StarCoder2 → specc scope
+names: split or fused q/k/v, fused ``gate_up_proj``, StarCoder2's ``c_fc`` / ``c_proj``, per-expert or fused
+expert tensors, QK-norms, sandwich / post-sublayer norms and Qwen2-MoE's shared expert.
 
 One plan serves them all because it is driven by the graph's parameters: a norm the graph does not have is never
 asked for, and a checkpoint tensor no parameter reads is reported as unexpected, so a checkpoint of one family
@@ -51,6 +52,9 @@ TABLE = Table(
         "blocks.*.mlp.gate.{k}": [f"{_L}mlp.gate_proj.{{k}}", (("half", 0, 0), f"{_L}mlp.gate_up_proj.{{k}}")],
         "blocks.*.mlp.up.{k}": [f"{_L}mlp.up_proj.{{k}}", (("half", 0, 1), f"{_L}mlp.gate_up_proj.{{k}}")],
         "blocks.*.mlp.down.{k}": f"{_L}mlp.down_proj.{{k}}",
+        # classic MLPs (StarCoder2)
+        "blocks.*.mlp.fc1.{k}": f"{_L}mlp.c_fc.{{k}}",
+        "blocks.*.mlp.fc2.{k}": f"{_L}mlp.c_proj.{{k}}",
         "blocks.*.mlp.router.{k}": [f"{_L}block_sparse_moe.gate.{{k}}", f"{_L}mlp.gate.{{k}}"],
         # experts [E, out, in]
         "blocks.*.mlp.experts.w_gate": [

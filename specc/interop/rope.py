@@ -47,8 +47,9 @@ _COMMON = {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
 _UNREAD = {"dynamic": {"original_max_position_embeddings"}}
 
 
-def rope_position(cfg: HFConfig, layer_type: str | None = None) -> dict[str, Any]:
-    """The ``position:`` mapping of the layers of ``layer_type`` (None: a config with one RoPE for all layers)."""
+def rope_position(cfg: HFConfig, layer_type: str | None = None, theta: float = 10000.0) -> dict[str, Any]:
+    """The ``position:`` mapping of the layers of ``layer_type`` (None: a config with one RoPE for all layers);
+    ``theta``: the family's base when the config states none (HF's ``default_theta``)."""
     cfg.ignore("original_max_position_embeddings")  # read below where a type uses it; otherwise unused by HF
     params, key, nested = _params(cfg, layer_type)
     kind = params.get("rope_type", params.get("type", "default"))
@@ -68,7 +69,7 @@ def rope_position(cfg: HFConfig, layer_type: str | None = None) -> dict[str, Any
     if "rope_theta" in params:
         theta = _positive(cfg, f"{key}.rope_theta", params["rope_theta"])
     else:
-        theta = _positive(cfg, "rope_theta", cfg.number("rope_theta", 10000.0))
+        theta = _positive(cfg, "rope_theta", cfg.number("rope_theta", theta))
     if "partial_rotary_factor" in params:
         fraction = _positive(cfg, f"{key}.partial_rotary_factor", params["partial_rotary_factor"])
     else:
