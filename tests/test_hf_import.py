@@ -197,7 +197,7 @@ _LLAMA = {
             },
             "decoder_attention_heads",
         ),
-        ({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5"}, "architectures"),
+        ({"architectures": ["XLNetLMHeadModel"], "model_type": "xlnet"}, "architectures"),  # no feature row
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

@@ -93,6 +93,26 @@ class HFConfig:
         col = m.start() - (self._text.rfind("\n", 0, m.start()) + 1) + 1
         return Diagnostic("", self.path, line, col)
 
+    def offset(self, path: str) -> int | None:
+        """Where in the file the field at a dotted ``path`` (``attn_config.alibi``) is written; None if absent."""
+        at, data = 0, self.data
+        for key in path.split("."):
+            if not isinstance(data, dict) or key not in data:
+                return None
+            m = re.compile(rf'"{re.escape(key)}"\s*:').search(self._text, at)
+            if not m:
+                return None
+            at, data = m.start(), data[key]
+        return at
+
+    def where_path(self, path: str) -> Diagnostic:
+        """A diagnostic at the line of the field at a dotted ``path`` (the nested key's own line)."""
+        at = self.offset(path)
+        if at is None:
+            return self.where(path.split(".")[0])
+        line = self._text.count("\n", 0, at) + 1
+        return Diagnostic("", self.path, line, at - (self._text.rfind("\n", 0, at) + 1) + 1)
+
     def refuse(self, key: str, message: str, hint: str | None = None) -> SpecError:
         w = self.where(key.split(".")[0])
         return SpecError([Diagnostic(f"{key}: {message}", w.file, w.line, w.col, hint)])

@@ -14,6 +14,7 @@ from ..errors import Diagnostic, SpecError
 from ..io import atomic_write, read
 from ..spec.loader import load_spec
 from ..spec.schema import SpecModel
+from . import missing
 from .family import Family
 from .hf_config import HFConfig
 from .registry import DEFAULT_ARCHITECTURE, FAMILIES, by_architecture, supported_architectures
@@ -92,7 +93,7 @@ def _family(cfg: HFConfig) -> tuple[Family, str]:
     if family is None:
         same = [a for f in FAMILIES if model_type in f.model_types for a in f.architectures]
         hint = f"for model_type {model_type!r} specc imports {', '.join(same)}" if same else _supported()
-        raise cfg.refuse("architectures", f"{arch} is not supported", hint)
+        raise missing.refusal(cfg, arch) or cfg.refuse("architectures", f"{arch} is not supported", hint)
     return family, arch
 
 

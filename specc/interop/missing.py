@@ -1,0 +1,155 @@
+"""What specc lacks, per Hugging Face class it does not import: a table of feature detectors, so that such a
+config is refused at the line of the first field specc cannot express, naming the feature ("attention sinks
+are not supported"), never only the class. A class leaves this table when its family lands in the registry.
+
+Each row names a feature, the classes that have it, and the config fields that state it (dotted for nested
+objects: ``attn_config.alibi``). Of the rows a config triggers, the one whose field comes first in the file wins.
+A feature a class always has, with no field of its own (BLOOM's ALiBi, GPT-OSS's attention sinks), is blamed on
+``model_type``, after every feature a field states (the first such row in the table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import Diagnostic, SpecError
+from .hf_config import HFConfig
+
+
+def _always(data: dict[str, Any]) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Missing:
+    feature: str  # the message: "attention sinks are not supported"
+    architectures: tuple[str, ...]  # the HF classes that have it
+    keys: tuple[str, ...]  # the config fields stating it; the first one present in the file is blamed
+    when: Callable[[dict[str, Any]], bool] = _always  # does this config use it?
+    hint: str | None = None
+
+
+def _set(key: str, off: Any = None) -> Callable[[dict[str, Any]], bool]:
+    """The field is present and not ``off`` (a feature switched on)."""
+    return lambda d: d.get(key, off) not in (off, None)
+
+
+def _nested(key: str, sub: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda d: isinstance(d.get(key), dict) and bool(d[key].get(sub))
+
+
+_T5 = ("T5ForConditionalGeneration", "T5Model", "MT5ForConditionalGeneration", "UMT5ForConditionalGeneration")
+_CLIP_TEXT = ("CLIPTextModel", "CLIPTextModelWithProjection")
+_CLIP_VISION = ("CLIPVisionModel", "CLIPVisionModelWithProjection")
+_QUICK_GELU = (lambda d: d.get("hidden_act", "quick_gelu") == "quick_gelu", "x·σ(1.702x)")
+
+ROWS: tuple[Missing, ...] = (
+    Missing(
+        "attention sinks are not supported (a learned per-head logit in the softmax denominator)",
+        ("GptOssForCausalLM",),
+        ("model_type",),
+    ),
+    Missing(
+        "the clamped SwiGLU variant (swiglu_limit, swiglu_alpha) is not supported",
+        ("GptOssForCausalLM",),
+        ("swiglu_alpha", "swiglu_limit"),
+    ),
+    Missing(
+        "multi-head latent attention (kv_lora_rank) is not supported",
+        ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
+        ("kv_lora_rank", "q_lora_rank"),
+    ),
+    Missing("ALiBi positions are not supported", ("BloomForCausalLM", "BloomModel"), ("model_type",)),
+    Missing(
+        "ALiBi positions are not supported",
+        ("MptForCausalLM", "MptModel"),
+        ("attn_config.alibi", "attn_config.alibi_bias_max", "model_type"),
+    ),
+    Missing(
+        "relative position bias (bucketed, relative_attention_num_buckets) is not supported",
+        _T5,
+        ("relative_attention_num_buckets", "relative_attention_max_distance", "model_type"),
+    ),
+    Missing(
+        "attention temperature tuning on NoPE layers (attn_temperature_tuning) is not supported",
+        ("Llama4ForCausalLM",),
+        ("attn_scale", "attn_temperature_tuning", "floor_scale"),
+        lambda d: d.get("attn_temperature_tuning", True) is not False,
+    ),
+    Missing(
+        "Llama 4's top-1 sigmoid router (its score scales the expert's input) is not supported",
+        ("Llama4ForCausalLM",),
+        ("num_local_experts", "interleave_moe_layer_step", "model_type"),
+    ),
+    Missing(
+        "L2 normalisation of q and k without weights (use_qk_norm) is not supported",
+        ("Llama4ForCausalLM",),
+        ("use_qk_norm",),
+        lambda d: d.get("use_qk_norm", True) is not False,
+    ),
+    Missing(
+        "a residual multiplier (residual_multiplier) is not supported",
+        ("GraniteForCausalLM",),
+        ("residual_multiplier",),
+        lambda d: d.get("residual_multiplier", 1.0) != 1.0,
+    ),
+    Missing(
+        "two-sided local attention windows alternating with global layers (local_attention) are not supported",
+        ("ModernBertModel", "ModernBertForMaskedLM"),
+        ("global_attn_every_n_layers", "layer_types", "local_attention", "model_type"),
+    ),
+    Missing(
+        "the quick_gelu activation is not supported",
+        (*_CLIP_TEXT, *_CLIP_VISION),
+        ("hidden_act",),
+        _QUICK_GELU[0],
+        f"quick_gelu is {_QUICK_GELU[1]}, not gelu",
+    ),
+    Missing(
+        "a causal text encoder pooled at the EOS token (CLIP text) is not supported",
+        _CLIP_TEXT,
+        ("model_type",),
+    ),
+    Missing(
+        "a LayerNorm before the blocks and a bias-free patch convolution (CLIP vision) are not supported",
+        _CLIP_VISION,
+        ("model_type",),
+    ),
+    Missing(
+        "the attention-pooling head (vision_use_head) is not supported",
+        ("SiglipVisionModel",),
+        ("vision_use_head",),
+        lambda d: d.get("vision_use_head", True) is not False,
+    ),
+    Missing(
+        "patch tokens without a class token (SigLIP vision) are not supported",
+        ("SiglipVisionModel",),
+        ("model_type",),
+    ),
+    Missing(
+        "the audio front-end (input_features through two Conv1d, num_mel_bins) is not supported",
+        ("WhisperForConditionalGeneration", "WhisperModel"),
+        ("num_mel_bins", "model_type"),
+    ),
+)
+
+
+def refusal(cfg: HFConfig, arch: str) -> SpecError | None:
+    """The error naming the first feature of ``arch`` this config uses that specc lacks (None: no row knows)."""
+    found: list[tuple[int, int, str, Missing]] = []  # (stated by a field?, where, field, row)
+    for row in ROWS:
+        if arch not in row.architectures or not row.when(cfg.data):
+            continue
+        at = [(pos, key) for key in row.keys if key != "model_type" and (pos := cfg.offset(key)) is not None]
+        if at:
+            found.append((0, *min(at), row))
+        elif "model_type" in row.keys and (pos := cfg.offset("model_type")) is not None:
+            found.append((1, len(found), "model_type", row))
+    if not found:
+        return None
+    _, _, key, row = min(found, key=lambda f: f[:2])
+    w = cfg.where_path(key)
+    hint = row.hint or f"{arch} needs it; specc imports this class once the feature lands"
+    return SpecError([Diagnostic(f"{key}: {row.feature}", w.file, w.line, w.col, hint)])
