@@ -30,6 +30,8 @@ _FIELDS = {
 
 
 def _has(feature: str) -> bool:
+    if feature == "alibi":
+        return "max_bias" in schema.Position.model_fields
     if feature == "rope_import":  # RoPE variants and partial rotary read from config.json
         return importlib.util.find_spec("specc.interop.rope") is not None
     where, name = _FIELDS[feature]
@@ -257,6 +259,18 @@ FAMILY_CASES = [
             eos_token_id=2,
         ),
     ),
+    # ALiBi: Falcon-RW (scaled with the scores), BLOOM (6 heads: not a power of 2), MPT
+    Case(
+        "falcon-rw-alibi",
+        "FalconForCausalLM",
+        dict(_FALCON, alibi=True, multi_query=False, parallel_attn=False, bias=True),
+    ),
+    Case(
+        "bloom-alibi",
+        "BloomForCausalLM",
+        dict(hidden_size=48, n_layer=2, n_head=6, vocab_size=96, tie_word_embeddings=False),
+    ),
+    Case("mpt-alibi", "MptForCausalLM", dict(d_model=64, n_layers=2, n_heads=4, vocab_size=96, max_seq_len=64)),
 ]
 FAMILY_BY_ID = {c.id: c for c in FAMILY_CASES}
 
@@ -284,6 +298,9 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "gptj-interleaved": ("parallel", "rotation"),
     "falcon-7b-style": ("parallel",),
     "falcon-40b-style": ("parallel",),
+    "falcon-rw-alibi": ("alibi",),
+    "bloom-alibi": ("alibi",),
+    "mpt-alibi": ("alibi",),
 }
 
 

@@ -23,7 +23,14 @@ RTOL = 1e-5  # of the logits' scale
 
 # one case per HF class, plus the variants whose weights or config take another path (fused q/k/v of a group
 # layout, LongRoPE's top-level field, untied and unshared embeddings, per-layer kinds)
-_EXTRA = {"gpt2-untied-relu", "phi3-longrope-switch", "falcon-40b-style", "marian-unshared", "qwen2-mixed"}
+_EXTRA = {
+    "gpt2-untied-relu",
+    "phi3-longrope-switch",
+    "falcon-40b-style",
+    "falcon-rw-alibi",
+    "marian-unshared",
+    "qwen2-mixed",
+}
 
 
 def _cases() -> list[Case]:

@@ -112,10 +112,33 @@ def test_falcon_layouts(tmp_path: Path) -> None:
     assert forty["attention"]["kv_heads"] == 2 and forty["parallel"] == "separate_norms"
 
 
+def test_falcon_rw_alibi_is_scaled_alibi(tmp_path: Path) -> None:
+    imported = import_hf(_cfg(tmp_path, "FalconForCausalLM", "falcon", alibi=True, multi_query=False, bias=True))
+    assert imported.document["position"] == {"type": "alibi", "scaled": True}
+    assert any("bfloat16" in n for n in imported.notes)  # HF's rounding of the bias, said where it is not copied
+
+
 @pytest.mark.parametrize(
     ("arch", "model_type", "fields", "key"),
     [
-        ("FalconForCausalLM", "falcon", {"alibi": True}, "alibi"),
+        (
+            "MptForCausalLM",
+            "mpt",
+            {"d_model": 64, "n_heads": 4, "n_layers": 1, "attn_config": {"alibi_bias_max": 16}},
+            "attn_config",
+        ),
+        (
+            "MptForCausalLM",
+            "mpt",
+            {"d_model": 64, "n_heads": 4, "n_layers": 1, "expansion_ratio": 2},
+            "expansion_ratio",
+        ),
+        (
+            "BloomForCausalLM",
+            "bloom",
+            {"n_head": 4, "apply_residual_connection_post_layernorm": True},
+            "apply_residual_connection_post_layernorm",
+        ),
         ("FalconForCausalLM", "falcon", {"new_decoder_architecture": True, "parallel_attn": False}, "parallel_attn"),
         ("FalconForCausalLM", "falcon", {"multi_query": False, "num_kv_heads": 2}, "num_kv_heads"),
         ("PhiForCausalLM", "phi", {"qk_layernorm": True}, "qk_layernorm"),  # refused before the spec is built
@@ -184,3 +207,19 @@ def test_falcon_7b_hub_config_counts_what_hf_builds(tmp_path: Path) -> None:
             transformers.FalconConfig(**{k: v for k, v in _FALCON_7B.items() if k not in skip})
         )
     assert specc.lower(s).num_params() == hf.num_parameters()
+
+
+@pytest.mark.parametrize("heads", [1, 4, 6, 12, 32, 112])
+def test_alibi_slopes_are_bloom_and_mpt_slopes(heads: int) -> None:
+    """One slope rule, ALiBi's with max_bias: BLOOM's (and Falcon's) is max_bias 8, MPT's takes alibi_bias_max."""
+    torch = pytest.importorskip("torch")
+    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+
+    from specc.backends.torch.layers.attention import alibi_slopes
+
+    ours = torch.tensor(alibi_slopes(heads))
+    torch.testing.assert_close(ours, _get_alibi_slopes(heads, torch.device("cpu")), rtol=1e-6, atol=0)
+    for max_bias in (8, 16):  # MPT's tensor holds slope · (1 - N .. 0): its row at N = 2 is -slope
+        mpt = -build_mpt_alibi_tensor(heads, 2, max_bias)[:, 0, 0]
+        torch.testing.assert_close(torch.tensor(alibi_slopes(heads, max_bias)), mpt.float(), rtol=1e-6, atol=0)

@@ -25,6 +25,7 @@ PUBLISHED = {
     "gemma3-1b": 999_885_952,
     "pythia-1.4b": 1_414_647_808,
     "olmo2-7b": 7_298_617_344,
+    "bloom-176b": 176_247_271_424,  # the model card's count
 }
 
 

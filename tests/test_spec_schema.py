@@ -76,6 +76,10 @@ def test_encoder_decoder_blocks_shortcut() -> None:
         ({"attention": {"heads": 4, "mask": "prefix"}}, "mask prefix needs attention.prefix"),
         ({"attention": {"heads": 4, "mask": "sliding_window", "window": 100}}, "window 100 is longer than context"),
         ({"position": "learned_2d"}, "position learned_2d is for ViT patch grids"),
+        ({"position": {"type": "learned", "max_bias": 4.0}}, "position.max_bias is only used by alibi positions"),
+        ({"position": {"type": "rotary", "scaled": True}}, "position.scaled is only used by alibi positions"),
+        ({"kind": "encoder", "position": "alibi"}, "alibi positions are supported in decoders, not in kind encoder"),
+        ({"position": "alibi", "attention": {"heads": 4, "softcap": 30.0}}, "softcap is not supported with alibi"),
         ({"d_model": 1 << 17, "blocks": 1000, "attention": {"heads": 8}}, "parameters, more than"),
     ],
 )

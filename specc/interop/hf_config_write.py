@@ -340,15 +340,65 @@ def falcon(s: Any) -> dict[str, Any]:
         "layer_norm_epsilon": s.norm.eps,
         "tie_word_embeddings": s.tie_embeddings,
         "bias": _bias(s, "qkv"),
-        "alibi": False,
-        "rope_parameters": rope_parameters(s.position),
+        "alibi": s.position.type == "alibi",
     }
+    if s.position.type == "alibi":
+        p = s.position
+        need(p.scaled and p.max_bias == 8.0, ("position",), "ALiBi other than Falcon-RW's (max_bias 8, scaled)")
+    else:
+        cfg["rope_parameters"] = rope_parameters(s.position)
     if s.parallel == "separate_norms":
         cfg.update(new_decoder_architecture=True, num_kv_heads=kv)
     else:
         need(kv in (1, a.heads), ("attention", "kv_heads"), "grouped-query attention without two norms per block")
         cfg.update(multi_query=kv == 1, parallel_attn=s.parallel == "shared_norm")
     return cfg
+
+
+def _alibi(s: Any, scaled: bool = False) -> None:
+    p = s.position
+    need(p.type == "alibi", ("position", "type"), f"{p.type} positions (the class uses ALiBi)")
+    need(p.max_bias == 8.0 and p.scaled == scaled, ("position",), "ALiBi slopes or scaling other than the class's")
+
+
+def bloom(s: Any) -> dict[str, Any]:
+    _layernorm(s, ("none",))
+    _alibi(s)
+    need(s.norm.embedding, ("norm", "embedding"), "no LayerNorm on the embeddings (BLOOM has one)")
+    need(s.mlp.hidden == 4 * s.d_model, ("mlp", "hidden"), "an MLP other than 4·d_model")
+    need(s.mlp.activation == "gelu_tanh", ("mlp", "activation"), "an activation other than tanh-GELU")
+    b = s.bias
+    need(all((b.qkv, b.out, b.mlp, b.norm)) and not b.head, ("bias",), "biases other than BLOOM's")
+    need((s.attention.kv_heads or s.attention.heads) == s.attention.heads, ("attention", "kv_heads"), "GQA")
+    return {
+        "vocab_size": s.vocab_size,
+        "hidden_size": s.d_model,
+        "n_layer": s.blocks,
+        "n_head": s.attention.heads,
+        "layer_norm_epsilon": s.norm.eps,
+        "tie_word_embeddings": s.tie_embeddings,
+        "seq_length": s.context,
+    }
+
+
+def mpt(s: Any) -> dict[str, Any]:
+    _layernorm(s, ("none",))
+    _alibi(s)
+    need(not s.norm.embedding, ("norm", "embedding"), "a LayerNorm on the embeddings")
+    need(s.mlp.hidden == 4 * s.d_model, ("mlp", "hidden"), "an MLP other than 4·d_model")
+    need(s.mlp.activation == "gelu", ("mlp", "activation"), "an activation other than GELU")
+    b = s.bias
+    need(not any((b.qkv, b.out, b.mlp, b.norm, b.head)), ("bias",), "biases (MPT has none)")
+    need(s.tie_embeddings, ("tie_embeddings",), "an untied head")
+    need((s.attention.kv_heads or s.attention.heads) == s.attention.heads, ("attention", "kv_heads"), "GQA")
+    return {
+        "vocab_size": s.vocab_size,
+        "max_seq_len": s.context,
+        "d_model": s.d_model,
+        "n_layers": s.blocks,
+        "n_heads": s.attention.heads,
+        "layer_norm_epsilon": s.norm.eps,
+    }
 
 
 def bert(s: Any) -> dict[str, Any]:
@@ -554,6 +604,8 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "GPTNeoXForCausalLM": ("gpt_neox", neox),
     "GPTJForCausalLM": ("gptj", gptj),
     "FalconForCausalLM": ("falcon", falcon),
+    "BloomForCausalLM": ("bloom", bloom),
+    "MptForCausalLM": ("mpt", mpt),
     "BertForMaskedLM": ("bert", bert),
     "BertModel": ("bert", bert),
     "ViTForImageClassification": ("vit", vit),
@@ -588,6 +640,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "GPTNeoXForCausalLM",
         "GPTJForCausalLM",
         "FalconForCausalLM",
+        "BloomForCausalLM",
+        "MptForCausalLM",
     ),
     "encoder": ("BertForMaskedLM", "BertModel"),
     "vit": ("ViTForImageClassification", "ViTModel"),

@@ -1,7 +1,7 @@
 """Falcon (``FalconForCausalLM``): 7B-style multi-query attention with attention and MLP in parallel on one
 LayerNorm, or 40B-style ``new_decoder_architecture`` with ``num_kv_heads`` groups and two norms (``ln_attn``,
 ``ln_mlp``). The fused ``query_key_value`` (per KV group ``[q.., k, v]``) is reordered into specc's packed
-q/k/v. ALiBi is refused.
+q/k/v. Falcon-RW's ``alibi`` adds ALiBi (BLOOM's slopes) scaled with the scores by 1/√head_dim, in place of RoPE.
 """
 
 from __future__ import annotations
@@ -41,11 +41,18 @@ def _layout(cfg: HFConfig) -> tuple[str, dict[str, Any]]:
     return ("shared_norm" if parallel else "none"), {"heads": heads, "kv_heads": heads}
 
 
+def _position(cfg: HFConfig) -> dict[str, Any]:
+    if not cfg.flag("alibi", False):
+        return position(cfg)
+    cfg.ignore("rope_theta", "rope_scaling", "rope_parameters")  # no RoPE in an ALiBi model
+    cfg.notes.append(
+        "transformers' Falcon rounds ALiBi's slope × position to bfloat16; specc computes it in float32 (equal "
+        "while the slopes are powers of 2 and positions below 256)"
+    )
+    return {"type": "alibi", "scaled": True}
+
+
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
-    if cfg.flag("alibi", False):
-        raise cfg.refuse(
-            "alibi", "ALiBi position biases are not supported by specc", "only rotary Falcon models import"
-        )
     d = cfg.positive_int("hidden_size")
     parallel, attention = _layout(cfg)
     bias = cfg.flag("bias", False)
@@ -62,7 +69,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             "hidden": cfg.optional_int("ffn_hidden_size") or 4 * d,
             "activation": cfg.activation("activation", "gelu"),
         },
-        "position": position(cfg),
+        "position": _position(cfg),
         "bias": {"qkv": bias, "out": bias, "mlp": bias, "norm": True, "head": False},
         "tie_embeddings": cfg.flag("tie_word_embeddings", True),
         **cfg.training(attention="attention_dropout", residual="hidden_dropout"),

@@ -20,6 +20,9 @@ Conventions every backend follows:
   dims of each q/k head with base ``rope_theta``: the two halves together (GPT-NeoX), or adjacent pairs when
   ``rope_interleaved`` (GPT-J); ``rope_scaling`` (None or a dict with ``type`` and its parameters, defaults
   resolved) scales the frequencies and cos/sin as ``specc.backends.torch.layers.rope`` computes them.
+  ``alibi_max_bias`` (when set) adds slope_h · (k - q) to head h's scores, slopes as
+  ``specc.backends.torch.layers.attention.alibi_slopes`` computes them (Press 2022, MPT's rule), times ``scale``
+  when ``alibi_scaled``; causality and windows still come from ``mask``.
 - ``moe`` expert weights are ``[E, out, in]``; gates are softmax over router logits, top-``active``,
   renormalised when ``normalize``. Two attributes act in training only (Switch Transformer, Fedus 2021):
   ``jitter`` multiplies the router input by noise drawn from U(1 - jitter, 1 + jitter) (0: off), and
@@ -382,6 +385,8 @@ class AttentionAttrs(OpAttrs):
     dropout: float = 0.0
     cross: bool = False
     padding: bool = False  # the last input is the key padding mask
+    alibi_max_bias: float | None = None  # ALiBi: slope_h · (k - q) added to head h's scores (None: no ALiBi)
+    alibi_scaled: bool = False  # the ALiBi bias is multiplied by `scale` too (Falcon-RW)
 
 
 def _attention_shape(a: AttentionAttrs, s: list[Shape]) -> Shape:

@@ -132,6 +132,7 @@ def position_rules(spec: _Transformer) -> Any:
                 "choose head_dim (d_model / heads) and fraction so that their product is an even integer",
             )
     yield from rope_rules(spec)
+    yield from alibi_rules(spec)
     is_vit = isinstance(spec, ViTSpec)
     if p.type in ("learned_2d", "sinusoidal_2d") and not is_vit:
         yield Violation(
@@ -143,6 +144,32 @@ def position_rules(spec: _Transformer) -> Any:
         yield Violation(("position", "type"), f"sinusoidal_2d needs d_model divisible by 4, got {spec.d_model}")
     if p.type == "sinusoidal" and spec.d_model % 2:
         yield Violation(("position", "type"), f"sinusoidal positions need an even d_model, got {spec.d_model}")
+
+
+def alibi_rules(spec: _Transformer) -> Any:
+    p = spec.position
+    if p.type != "alibi":
+        for key, value, default in (("max_bias", p.max_bias, 8.0), ("scaled", p.scaled, False)):
+            if value != default:
+                yield Violation(
+                    ("position", key),
+                    f"position.{key} is only used by alibi positions (type is {p.type})",
+                    f"set type: alibi or remove {key}",
+                )
+        return
+    if not isinstance(spec, DecoderSpec):
+        yield Violation(
+            ("position", "type"),
+            f"alibi positions are supported in decoders, not in kind {kind_name(spec)}",
+            "use learned, sinusoidal, rotary or none",
+        )
+    if spec.attention.softcap is not None:
+        yield Violation(
+            ("attention", "softcap"),
+            "attention.softcap is not supported with alibi positions",
+            "remove softcap, or use rotary positions",
+            also=(("position", "type"),),
+        )
 
 
 # Scaling fields each RoPE scaling type reads (as transformers' ROPE_INIT_FUNCTIONS do): required, optional.

@@ -44,13 +44,28 @@ class RopeScaling(_Strict):
 
 
 class Position(_Strict):
-    type: Literal["learned", "sinusoidal", "rotary", "none", "learned_2d", "sinusoidal_2d"] = "learned"
+    type: Literal["learned", "sinusoidal", "rotary", "alibi", "none", "learned_2d", "sinusoidal_2d"] = Field(
+        "learned",
+        description="alibi: no position vectors; each head adds slope · (k - q) to its scores (Press 2022; BLOOM, "
+        "MPT, Falcon-RW)",
+    )
     theta: float = Field(10000.0, gt=0, description="rotary base")
     fraction: float = Field(1.0, gt=0, le=1.0, description="rotary: fraction of head_dim rotated")
     rotation: Literal["half", "interleaved"] = Field(
         "half", description="rotary: rotate the two halves (GPT-NeoX, Llama) or adjacent pairs (GPT-J)"
     )
     scaling: RopeScaling | None = Field(None, description="rotary: frequency scaling; absent = plain RoPE")
+    max_bias: float = Field(
+        8.0,
+        gt=0,
+        le=64,
+        description="alibi: head h of H (h = 1..H) has slope 2^(-max_bias·h/H) when H is a power of 2; otherwise "
+        "those of the next power of 2 P, h = 2, 4, .., P then 1, 3, .., the first H (MPT's alibi_bias_max; BLOOM's "
+        "and Falcon's rule is max_bias 8)",
+    )
+    scaled: SBool = Field(
+        False, description="alibi: the bias is multiplied by the score scale too, (q·k + bias)·scale (Falcon-RW)"
+    )
 
 
 PositionField = Annotated[Position, BeforeValidator(_typed_shortcut, json_schema_input_type=Union[str, Position])]

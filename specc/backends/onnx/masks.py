@@ -14,8 +14,10 @@ import ml_dtypes
 import numpy as np
 
 from ...ir.graph import Op
+from ..torch.layers.attention import alibi_slopes
 from .builder import GraphBuilder
 from .positions import follows_mask, mask_positions, span
+from .tables import to_model_dtype
 
 
 def padding_keep(b: GraphBuilder, pad: str) -> str:
@@ -92,3 +94,31 @@ def additive(b: GraphBuilder, keep: str) -> str:
         low = b.const(np.array(ml_dtypes.finfo(b.np_ftype).min, dtype=b.np_ftype), "mask_min")
         b.memo[key] = b.op("Where", [keep, b.const(np.array(0.0), "zero"), low], scope="mask")
     return b.memo[key]
+
+
+def alibi_bias(b: GraphBuilder, op: Op, q: str, pad: str) -> str:
+    """ALiBi as the attention op's additive mask [1 | B, H, N_q, N_k] in the model dtype: slope_h · (k - q)
+    (× the score scale when ``alibi_scaled``) where the structural, causal and padding masks keep a key, the
+    dtype's lowest value elsewhere. Causality is in the bias, so the attention node runs with is_causal 0."""
+    a = op.attrs
+    scaled = a.scale if a.alibi_scaled else None
+    key = ("alibi", a.heads, a.alibi_max_bias, scaled, a.mask, a.window, a.prefix, a.chunk, op.stack, pad)
+    if key in b.memo:
+        return b.memo[key]
+    start, end = span(b, q, op.stack)
+    one, zero = b.scalar_i64(1), b.scalar_i64(0)
+    qpos = b.op("Unsqueeze", [b.op("Range", [start, end, one], scope="alibi"), b.i64(1)], scope="alibi")  # [Nq, 1]
+    kpos = b.op("Unsqueeze", [b.op("Range", [zero, end, one], scope="alibi"), b.i64(0)], scope="alibi")  # [1, Nk]
+    dist = b.op("Cast", [b.op("Sub", [kpos, qpos], scope="alibi")], scope="alibi", to=1)  # float [Nq, Nk]
+    slopes = np.array(alibi_slopes(a.heads, a.alibi_max_bias), np.float32) * np.float32(scaled or 1.0)
+    slopes_c = b.const(slopes.reshape(1, a.heads, 1, 1), "alibi_slopes", np.float32)
+    bias = to_model_dtype(b, b.op("Mul", [slopes_c, dist], scope="alibi"), "alibi")  # [1, H, Nq, Nk]
+    keep = combined_keep(b, op, q, pad)
+    if a.mask == "causal":
+        causal = b.op("LessOrEqual", [kpos, qpos], scope="alibi")
+        keep = causal if keep is None else b.op("And", [keep, causal], scope="alibi")
+    if keep is not None:
+        low = b.const(np.array(ml_dtypes.finfo(b.np_ftype).min, dtype=b.np_ftype), "mask_min")
+        bias = b.op("Where", [keep, bias, low], scope="alibi")
+    b.memo[key] = bias
+    return bias

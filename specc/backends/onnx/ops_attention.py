@@ -5,7 +5,8 @@ RoPE applied beforehand by the opset-23 ``RotaryEmbedding`` op (cos / sin at eac
 the KV cache as ``[B, kv_heads, N, D]``.
 
 Masks (see masks.py): causal → ``is_causal=1`` (standard, bottom-right aligned with a cache) /
-``unidirectional=1`` (MHA) / intrinsic (GQA); sliding_window, chunked and prefix → a bool [N_q, N_k] mask (prefix:
+``unidirectional=1`` (MHA) / intrinsic (GQA); ALiBi → an additive [1 | B, H, N_q, N_k] mask holding the bias and
+every mask (is_causal 0); sliding_window, chunked and prefix → a bool [N_q, N_k] mask (prefix:
 [B, 1, N_q, N_k] when positions follow the padding mask); padding →
 bool [B, 1, N_q, N_k] from ``attention_mask``, and'ed with the structural mask; the contrib ops take the same
 as an additive ``attention_bias``. GQA / MQA: the standard op takes ``kv_num_heads`` < ``q_num_heads``
@@ -21,7 +22,7 @@ from ..torch.layers.rope import attention_factor
 from .builder import CONTRIB, GraphBuilder, symbolic
 from .contrib import check_contrib, uses_gqa
 from .fuse import bias_add
-from .masks import additive, combined_keep
+from .masks import additive, alibi_bias, combined_keep
 from .op_registry import emits
 from .positions import position_ids, span
 from .tables import angles, rope_inv_freq, to_model_dtype
@@ -53,7 +54,8 @@ def _split(b: GraphBuilder, op: Op, packed: str, kv_packed: str = "") -> tuple[s
 
 def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: bool) -> str:
     a = op.attrs
-    keep = combined_keep(b, op, q, pad)
+    alibi = a.alibi_max_bias is not None
+    keep = alibi_bias(b, op, q, pad) if alibi else combined_keep(b, op, q, pad)  # ALiBi: an additive mask
     ins = [q, k, v, keep or ""]
     outs: list[str] = [b.fresh(f"{op.name}/Attention")]
     if cached:
@@ -68,7 +70,7 @@ def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached:
         kv_num_heads=a.kv_heads,
         scale=float(a.scale),
         softcap=float(a.softcap) if a.softcap else None,  # applied before the mask, as torch does
-        is_causal=1 if a.mask == "causal" else 0,
+        is_causal=1 if a.mask == "causal" and not alibi else 0,
     )
     return y if isinstance(y, str) else y[0]
 
@@ -79,8 +81,11 @@ def _contrib(b: GraphBuilder, op: Op, xs: list[str], pad: str, cached: bool) -> 
     gqa = uses_gqa(op, b.opts.dtype)
     # MultiHeadAttention adds the projection bias: fold it before the mask's Shape node reads the projection
     packed, kv_packed, proj_bias = (xs[0], "", "") if gqa else _fold_projection_bias(b, op, xs)
-    keep = combined_keep(b, op, packed, pad)
-    mask_bias = additive(b, keep) if keep else ""
+    if op.attrs.alibi_max_bias is not None:  # the bias, causal and padding masks in one additive input
+        mask_bias = alibi_bias(b, op, packed, pad)
+    else:
+        keep = combined_keep(b, op, packed, pad)
+        mask_bias = additive(b, keep) if keep else ""
     y = b.fresh(f"{op.name}/{'GroupQueryAttention' if gqa else 'MultiHeadAttention'}")
     presents = list(b.cache.present(op)) if cached else [f"{op.name}/present_key", f"{op.name}/present_value"]
     pasts = list(b.cache.past(op)) if cached else ["", ""]

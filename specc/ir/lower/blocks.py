@@ -51,11 +51,19 @@ def _attention(c: Context, p: str, x: str, layer: int, mask: str, memory: str | 
         dropout=s.dropout.attention,
         cross=memory is not None,
         padding=c.pad is not None,
+        **_alibi(s, memory is None),
     )
     sc = s.position.scaling if rope else None
     if sc is not None and sc.rebuild_cache:  # generation recomputes the cache once past the original context
         g.meta["rebuild_cache_after"] = min(sc.original_max_positions, g.meta.get("rebuild_cache_after", 1 << 62))
     return linear(c, f"{p}.out", core, h * hd, c.d, f"{cross}out_proj", layer, s.bias.out, init=residual)
+
+
+def _alibi(s: Any, self_attention: bool) -> dict[str, Any]:
+    """The ALiBi attributes of a self-attention core (a rule keeps ALiBi to decoders)."""
+    if s.position.type != "alibi" or not self_attention:
+        return {}
+    return {"alibi_max_bias": float(s.position.max_bias), "alibi_scaled": bool(s.position.scaled)}
 
 
 def _qk_norm(c: Context, name: str, x: str, start: int, width: int, layer: int) -> str:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .... import cache
-from ..layers.attention import SelfAttention
+from ..layers.attention import AlibiAttention, SelfAttention
 from ..layers.generation import GenerationError
 from ..layers.state import KVCache, State
 
@@ -109,6 +109,8 @@ class CompiledDecoder:
             raise GenerationError(f"compiled decoding takes decoder-only attention models, not {type(model).__name__}")
         self.model, self.device = model, device
         self.cores = [m for m in model.modules() if isinstance(m, SelfAttention)]
+        if any(isinstance(m, AlibiAttention) for m in self.cores):  # its masks here are boolean; ALiBi's a bias
+            raise GenerationError("compiled decoding does not take ALiBi attention; decode without compile")
         self.follow = model.META.get("positions_follow")
         self.kv: dict[nn.Module, tuple[Tensor, Tensor]] = {}
         self.max_len = 0  # of the buffers

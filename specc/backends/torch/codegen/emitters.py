@@ -221,6 +221,9 @@ def _attention_ctor(op: Op, a: Attr) -> str:
         rope = f", rope=Rotary({a('rope_dims')}, {a('rope_theta')}{extra})"
     if op.attrs.softcap:  # SDPA cannot cap scores: the explicit-softmax layer
         return f"SoftcapAttention({head}{kwargs}{rope}, softcap={a('softcap')})"
+    if op.attrs.alibi_max_bias is not None:  # the scores' additive bias is the mask: its own layer
+        scaled = f", scaled={a('alibi_scaled')}" if op.attrs.alibi_scaled else ""
+        return f"AlibiAttention({head}{kwargs}{rope}, max_bias={a('alibi_max_bias')}{scaled})"
     windowed = op.attrs.mask in ("sliding_window", "chunked")  # decoding reads the window only
     return f"{'Windowed' if windowed else 'Self'}Attention({head}{kwargs}{rope})"
 
@@ -238,7 +241,7 @@ _emits(
     call=_attention_call,
     ctor=_attention_ctor,
     structural=("cross", "padding", "mask"),  # layers of differing masks (layer kinds) get their own classes
-    variant=lambda op: (bool(op.attrs.rope_dims), bool(op.attrs.softcap)),
+    variant=lambda op: (bool(op.attrs.rope_dims), bool(op.attrs.softcap), op.attrs.alibi_max_bias is not None),
     state=lambda op: not op.attrs.cross,
 )
 

@@ -6,7 +6,7 @@ compile --target python`` copies the definitions a model uses into its standalon
 
 from __future__ import annotations
 
-from .attention import AttentionCore, CrossAttention, SelfAttention, SoftcapAttention, WindowedAttention
+from .attention import AlibiAttention, AttentionCore, CrossAttention, SelfAttention, SoftcapAttention, WindowedAttention
 from .embed import (
     ClsToken,
     LearnedPositions,
@@ -33,6 +33,7 @@ from .state import KVCache, State, last_positions, reuse
 FILES = ("state", "rope", "attention", "embed", "norms", "moe", "rnn", "generation", "model", "hf")
 
 __all__ = [
+    "AlibiAttention",
     "AttentionCore",
     "ClsToken",
     "CrossAttention",

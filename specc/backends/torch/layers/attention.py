@@ -8,6 +8,7 @@ FLOP counts set an explicit-softmax ``product`` on the instance.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -114,8 +115,10 @@ def math_attention(
         scores = torch.tanh(scores / cap) * cap
     if causal:
         mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
-    if mask is not None:
+    if mask is not None and mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))
+    elif mask is not None:  # an additive bias (ALiBi), -inf where masked
+        scores = scores + mask.to(scores.dtype)
     probs = scores.float().softmax(-1).to(q.dtype)
     return torch.matmul(F.dropout(probs, p, True) if p else probs, v), probs
 
@@ -150,6 +153,55 @@ class SoftcapAttention(WindowedAttention):
 
     def product(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
         return math_attention(self, q, k, v, mask, causal, p)[0]
+
+
+def alibi_slopes(heads: int, max_bias: float = 8.0) -> list[float]:
+    """ALiBi slopes (Press 2022), MPT's rule: head h of P = heads (a power of 2) has 2^(-max_bias·h/P); otherwise P
+    is the next power of 2 and the heads take the slopes of h = 2, 4, .., P then 1, 3, .. (BLOOM's and Falcon's
+    rule is the same with max_bias 8)."""
+    p = 2 ** math.ceil(math.log2(heads))
+    slopes = [2.0 ** (-max_bias * h / p) for h in range(1, p + 1)]
+    return slopes if p == heads else (slopes[1::2] + slopes[::2])[:heads]
+
+
+class AlibiAttention(WindowedAttention):
+    """SelfAttention whose head h adds slope_h · (k - q) to its scores (ALiBi: BLOOM, MPT, Falcon-RW), times the
+    score scale too when ``scaled`` (Falcon-RW); the mask is that additive bias, -inf where a key is hidden."""
+
+    def __init__(self, *args: Any, max_bias: float = 8.0, scaled: bool = False, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.max_bias, self.scaled = max_bias, scaled
+
+    def mask_for(
+        self, n_q: int, n_k: int, pad: Tensor | None, state: State | None, device: torch.device
+    ) -> tuple[Tensor | None, bool]:
+        """(additive bias [B | 1, H, N_q, N_k], False), built once per call."""
+        key = ("alibi", self.heads, self.max_bias, self.scaled and self.scale, self.mask, self.window, self.chunk,
+               self.prefix, pad is None)  # fmt: skip
+        if state is not None and key in state.memo:
+            return state.memo[key]
+        allowed, causal = super().mask_for(n_q, n_k, pad, state, device)
+        device = pad.device if pad is not None else device
+        offset = state.offset if state is not None else 0
+        q, k = torch.arange(offset, offset + n_q, device=device)[:, None], torch.arange(n_k, device=device)
+        if causal:
+            allowed = k <= q
+        slopes = torch.tensor(alibi_slopes(self.heads, self.max_bias), device=device)
+        if self.scaled:
+            slopes = slopes * self.scale
+        bias = slopes[:, None, None] * (k - q)  # [H, N_q, N_k]
+        if allowed is not None:
+            bias = bias.masked_fill(~allowed, float("-inf"))  # [B | 1, H, N_q, N_k]
+        out: tuple[Tensor | None, bool] = (bias if bias.dim() == 4 else bias[None], False)
+        if state is not None:
+            state.memo[key] = out
+        return out
+
+    def product(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
+        return super().product(q, k, v, None if mask is None else mask.to(q.dtype), causal, p)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, alibi_max_bias={self.max_bias}{', scaled=True' if self.scaled else ''}"
 
 
 class CrossAttention(AttentionCore):
