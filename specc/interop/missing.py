@@ -4,7 +4,7 @@ are not supported"), never only the class. A class leaves this table when its fa
 
 Each row names a feature, the classes that have it, and the config fields that state it (dotted for nested
 objects: ``attn_config.alibi``). Of the rows a config triggers, the one whose field comes first in the file wins.
-A feature a class always has, with no field of its own (BLOOM's ALiBi, GPT-OSS's attention sinks), is blamed on
+A feature a class always has, with no field of its own (GPT-OSS's attention sinks), is blamed on
 ``model_type``, after every feature a field states (the first such row in the table).
 """
 
@@ -60,12 +60,6 @@ ROWS: tuple[Missing, ...] = (
         "multi-head latent attention (kv_lora_rank) is not supported",
         ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
         ("kv_lora_rank", "q_lora_rank"),
-    ),
-    Missing("ALiBi positions are not supported", ("BloomForCausalLM", "BloomModel"), ("model_type",)),
-    Missing(
-        "ALiBi positions are not supported",
-        ("MptForCausalLM", "MptModel"),
-        ("attn_config.alibi", "attn_config.alibi_bias_max", "model_type"),
     ),
     Missing(
         "relative position bias (bucketed, relative_attention_num_buckets) is not supported",
