@@ -90,6 +90,35 @@ def _full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def _whole(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A state dict's tensors gathered whole, as a user saving one would (``.full_tensor()``)."""
+    from torch.distributed.tensor import DTensor
+
+    return {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in state.items()}
+
+
+def _state_dicts(model: torch.nn.Module, ref: torch.nn.Module, fresh: Any) -> dict[str, float]:
+    """``model``'s state dicts against the single-process ``ref`` (same weights): ``state_dict()`` gathered,
+    ``get_model_state_dict(full_state_dict=True)``, and two loads into ``fresh()`` parallel models of another
+    seed (``set_model_state_dict`` of ``ref``'s tensors, ``load_state_dict`` of ``model``'s), by logits."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+
+    want = ref.state_dict()
+    full = StateDictOptions(full_state_dict=True)
+    out = {"state_dict": _max_diff(_whole(model.state_dict()), want)}
+    out["full_state_dict"] = _max_diff(get_model_state_dict(model, options=full), want)
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(4))
+    one, two = fresh(), fresh()
+    set_model_state_dict(one, want, options=full)
+    two.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        logits = ref.eval()(ids)
+        out["set_full"] = float((one.eval()(ids) - logits).abs().max())
+        out["loaded"] = float((two.eval()(ids) - logits).abs().max())
+    ref.train()
+    return out
+
+
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert set(a) == set(b)
     return max(float((a[k] - b[k]).abs().max()) for k in a)
@@ -144,6 +173,7 @@ def tp_case(family: str, ckpt: str) -> dict[str, Any]:
     ref = specc.build_torch(spec)
     mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
     model = specc.parallelize(specc.build_torch(spec), mesh)
+    states = _state_dicts(model, ref, lambda: specc.parallelize(specc.build_torch(_spec(family, "init.seed=7")), mesh))
     ids = torch.randint(0, 64, (3, 9), generator=torch.Generator().manual_seed(1))
     pad = torch.ones(3, 8, dtype=torch.long)
     pad[0, :3] = 0  # left padding: masks and positions follow it
@@ -161,6 +191,7 @@ def tp_case(family: str, ckpt: str) -> dict[str, Any]:
     with torch.no_grad():
         reloaded = float((model.eval()(ids[:, :-1], pad) - again(ids[:, :-1], pad)).abs().max())
     return {
+        "states": states,
         "reloaded": reloaded,
         "logits": logits,
         "grads": grads,
@@ -182,6 +213,7 @@ def dp_step_case(family: str, layout: tuple[int, int]) -> dict[str, Any]:
     ref = specc.build_torch(spec).train()
     mesh = init_device_mesh("cpu", layout, mesh_dim_names=("dp", "tp"))
     model = specc.parallelize(specc.build_torch(spec), mesh).train()
+    states = _state_dicts(model, ref, lambda: specc.parallelize(specc.build_torch(_spec(family, "init.seed=7")), mesh))
     ids = torch.randint(0, 64, (4, 9), generator=torch.Generator().manual_seed(2))
     r, n = mesh["dp"].get_local_rank(), mesh["dp"].size()
     _loss(ref, ids).backward()
@@ -192,7 +224,7 @@ def dp_step_case(family: str, layout: tuple[int, int]) -> dict[str, Any]:
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
         opt.step()
     weights = _max_diff(full_state_dict(model), ref.state_dict())
-    return {"grads": grads, "weights": weights}
+    return {"grads": grads, "weights": weights, "states": states}
 
 
 # ------------------------------------------------------------------------------------------------ tests
@@ -225,6 +257,9 @@ def _check_tp(cli: Any, family: str, results: list[dict[str, Any]], folder: Path
         assert res["bytes"] == per_device_weight_bytes(graph, tp=2, tp_rank=rank), (family, rank)
         assert res["bytes"] == analyzed, (family, rank)  # the analyzer's `parallel.per_device.memory.weights`
         assert res["reloaded"] == 0.0, (family, rank)
+        # state dicts hold the single-process tensors (packed q|k|v rows unpermuted) and load in that layout
+        assert res["states"]["state_dict"] == res["states"]["full_state_dict"] == 0.0, (family, rank, res["states"])
+        assert res["states"]["set_full"] < 1e-5 and res["states"]["loaded"] < 1e-5, (family, rank, res["states"])
         assert res["logits"] < 1e-5, (family, rank, res["logits"])
         assert res["grads"] < 1e-5, (family, rank, res["grads"])
         assert res["tokens_equal"], (family, rank)
@@ -245,6 +280,8 @@ def test_dp2_fsdp_gradients_and_one_step_equal_single_process() -> None:
     for res in spawn(2, dp_step_case, "gpt", (2, 1)):
         assert res["grads"] < 1e-6, res
         assert res["weights"] < 1e-6, res
+        assert res["states"]["state_dict"] == res["states"]["full_state_dict"] == 0.0, res
+        assert res["states"]["set_full"] < 1e-5 and res["states"]["loaded"] < 1e-5, res
 
 
 @pytest.mark.slow
@@ -252,6 +289,8 @@ def test_dp2_by_tp2_on_four_processes_equals_single_process() -> None:
     for res in spawn(4, dp_step_case, "llama", (2, 2)):
         assert res["grads"] < 1e-5, res
         assert res["weights"] < 1e-5, res
+        assert res["states"]["state_dict"] == res["states"]["full_state_dict"] == 0.0, res
+        assert res["states"]["set_full"] < 1e-5 and res["states"]["loaded"] < 1e-5, res
 
 
 def test_plan_refuses_splits_that_do_not_divide_and_layouts_it_cannot_run() -> None:

@@ -3,7 +3,8 @@ shards (``shard-<rank>.safetensors``, each rank its pieces) and ``specc.json`` (
 safetensors checkpoint, the training state, and the index of every tensor's pieces: ``specc.parallel.shards``).
 ``torch.distributed.checkpoint`` plans which rank writes and reads what; nothing in the folder is pickled, and
 everything in it is checked as data before a tensor is read. Packed projections, held rank-major under tensor
-parallelism (``specc.parallel.tensor``), are written in their ``[q | k | v]`` order, so the folder loads into
+parallelism (``specc.parallel.tensor``), are written in their ``[q | k | v]`` order (the model's state dict
+gives them so, ``specc.parallel.packed``; the optimizer's moments are re-ordered here), so the folder loads into
 a single-process model (``load``), into ``specc generate DIR``, or into a parallelized model of any layout
 (``load_into``).
 
@@ -83,10 +84,7 @@ def _packed(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """Every tensor whole, in the single-process layout, on every rank (all ranks must call it)."""
-    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-    for name, order in _packed(model).items():
-        sd[name] = sd[name][torch.argsort(order)]
-    return sd
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))  # packed: canonical
 
 
 def full_optimizer_tensors(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -145,9 +143,7 @@ def save(
     beside ``path``, ``specc.json`` from rank 0, then (rank 0) swap the folder in for ``path``. ``last``: the
     command's final output; once it is in place no rank lets a signal turn the run into a failure."""
     packed = _packed(model)
-    sd: dict[str, Any] = get_model_state_dict(model)
-    for name, order in packed.items():
-        sd[name] = _unpacked(sd[name], order)
+    sd: dict[str, Any] = get_model_state_dict(model)  # packed projections already [q | k | v] (packed.py)
     meta = {SPEC_KEY: spec_json(spec), TRAIN_KEY: train or {}, "specc.version": __version__}
     if optimizer is not None:
         osd = get_optimizer_state_dict(model, optimizer)
@@ -378,22 +374,12 @@ def load(
 
 def load_into(model: nn.Module, path: str | os.PathLike[str] | Folder, trust_pickle: bool = False) -> None:
     """Fill a parallelized (or plain) model from a distributed checkpoint of any layout (a collective); each
-    rank reads its shards, and a packed projection whole, one at a time, keeping its rows."""
-    from .materialize import copy_into_shard
-
+    rank reads its shards (a packed projection's in the single-process layout, put rank-major as it loads:
+    ``specc.parallel.packed``)."""
     folder = open_folder(path, trust_pickle)
     sd = get_model_state_dict(model)
-    packed = _packed(model)
-    for name in packed:
-        sd.pop(name)
     folder.read(sd)
-    set_model_state_dict(model, sd, options=StateDictOptions(strict=False))
-    with torch.no_grad():
-        for name, order in packed.items():
-            param = model.get_parameter(name)
-            whole = {name: torch.empty(tuple(param.shape), dtype=param.dtype)}
-            folder.read(whole)
-            copy_into_shard(param, whole[name], order)
+    set_model_state_dict(model, sd)
 
 
 def load_optimizer(

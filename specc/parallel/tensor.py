@@ -5,8 +5,8 @@ Packed projections (``attn.qkv`` = ``[q heads | k heads | v heads]``) are re-ord
 they are split: ``[q_0 | k_0 | v_0 | q_1 | k_1 | v_1 | ...]`` with ``q_r`` the query heads of rank r and
 ``k_r``/``v_r`` its KV heads, so that a plain row split (``ColwiseParallel``) gives each rank the q, k and v
 of its own heads in the layout the attention layer reads; the attention layer is then told its local head
-counts. ``packed_order`` is that permutation; ``specc.parallel.checkpoint`` undoes it for anything written
-out, so saved weights are always in the single-process layout.
+counts. ``packed_order`` is that permutation; the module's state dict undoes it (``specc.parallel.packed``),
+so ``state_dict()`` and everything saved from it hold the single-process layout.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 from ..errors import SpecError
 from ..ir.graph import LayerGraph
 from . import qknorm
+from .packed import canonical_state
 from .plan import Rule, check_tensor_parallel, split_axis, tensor_plan
 from .styles import LocalParams, TiedHead
 
@@ -111,3 +112,9 @@ def apply_tensor_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh,
         sequence_plan(graph, tensor_plan(graph), plan)
         guard(model, mesh)
     parallelize_module(model, mesh, plan)
+    by_module: dict[str, dict[str, torch.Tensor]] = {}
+    for name, order in packed_params(graph, tp).items():
+        scope, _, local = name.rpartition(".")
+        by_module.setdefault(scope, {})[local] = order
+    for scope, orders in by_module.items():  # state dicts in the [q | k | v] layout (specc.parallel.packed)
+        canonical_state(model.get_submodule(scope), orders)
