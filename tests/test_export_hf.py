@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 from hf_families_zoo import FAMILY_CASES, missing_features
+from test_hf_deepseek import CASES as DEEPSEEK_CASES
 from test_hf_zoo import CASES, Case, save, transformers
 
 import specc
@@ -30,13 +31,14 @@ _EXTRA = {
     "falcon-rw-alibi",
     "marian-unshared",
     "qwen2-mixed",
+    "deepseekv3-yarn",
 }
 
 
 def _cases() -> list[Case]:
     seen: set[str] = set()
     out = []
-    for c in [*CASES, *FAMILY_CASES]:
+    for c in [*CASES, *FAMILY_CASES, *DEEPSEEK_CASES]:
         if c.arch not in seen or c.id in _EXTRA:
             seen.add(c.arch)
             out.append(c)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..ir.graph import LayerGraph, dims
+from ..ir.ops import ATTENTION_KINDS
 from .op_costs import OpCost
 
 ADAM_STATES = {2: 12, 4: 8}  # bytes/param: fp32 master + m + v in mixed precision; m + v in fp32
@@ -13,7 +14,7 @@ def korthikanti(g: LayerGraph, costs: list[OpCost], env: dict[str, int]) -> int:
     total = 0
     for c in costs:
         op = c.op
-        if op.kind != "attention" or op.attrs.cross or op.layer is None:
+        if op.kind not in ATTENTION_KINDS or op.attrs.cross or op.layer is None:
             continue
         b, s = dims(g.shape_of(op.inputs[0]), env)[:2]
         h = _model_width(g, op.name)
@@ -38,7 +39,7 @@ def memory_items(
     training: bool,
     recompute: str,
 ) -> dict[str, int]:
-    attention = [c.mem for c in costs if c.op.kind == "attention"]
+    attention = [c.mem for c in costs if c.op.kind in ATTENTION_KINDS]
     saved = sum(c.mem.saved for c in costs)
     items = {
         "weights": params * elem_bytes,
@@ -74,7 +75,7 @@ def _training_activations(
     outside = sum(c.mem.saved for c in costs if c.op.layer is None)
     inputs = 0
     for c in costs:
-        if c.op.layer is not None and c.op.kind == "attention" and not c.op.attrs.cross:
+        if c.op.layer is not None and c.op.kind in ATTENTION_KINDS and not c.op.attrs.cross:
             b, s = dims(g.shape_of(c.op.inputs[0]), env)[:2]
             inputs += b * s * _model_width(g, c.op.name) * elem_bytes
     return outside + inputs

@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import SpecError
 from ..ir.graph import LayerGraph, dims
 from ..ir.lower import lower
+from ..ir.ops import ATTENTION_KINDS
 from . import constants as C
 from .costs import Ctx, numel
 from .crossover import QUADRATIC, solve
@@ -188,7 +189,7 @@ def _per_layer(costs: list[OpCost]) -> dict[str, tuple[int, Totals]]:
 
 def _crossover(g: LayerGraph, s: Settings) -> tuple[float | None, float | None]:
     symbols = {str(d) for i in g.inputs.values() for d in i.shape}
-    if "N" not in symbols or not any(op.kind == "attention" for op in g.ops()):
+    if "N" not in symbols or not any(op.kind in ATTENTION_KINDS for op in g.ops()):
         return None, None
 
     def at(n: int) -> tuple[Totals, Totals]:

@@ -58,6 +58,7 @@ def _plain_attention(s: Any, *allowed: str) -> None:
     for layer in _layers(s):
         a = layer.attention
         need(a.prefix is None and a.chunk is None, ("attention",), "prefix / chunked attention")
+        need(a.latent is None, ("attention", "latent"), "multi-head latent attention (DeepSeek's)")
         if "mask" not in allowed:
             need(a.mask in (None, "causal", "none", "padding"), ("attention", "mask"), f"a {a.mask} mask")
         need("scale" in allowed or a.scale is None, ("attention", "scale"), "a custom attention scale")
@@ -579,6 +580,50 @@ def cohere(s: Any, arch: str) -> dict[str, Any]:
     return cfg
 
 
+def deepseek(s: Any, arch: str) -> dict[str, Any]:
+    """DeepSeek-V2 / V3: latent attention, DeepSeek routing, shared experts, dense-first layers."""
+    v3 = arch == "DeepseekV3ForCausalLM"
+    _pre_rms(s)
+    a, lat = s.attention, s.attention.latent
+    need(lat is not None, ("attention", "latent"), "attention without a latent (DeepSeek's is MLA)")
+    need(a.mask in (None, "causal"), ("attention", "mask"), f"a {a.mask} mask")
+    need(lat.eps == 1e-6, ("attention", "latent", "eps"), "latent norms of eps other than 1e-6")
+    need(_bias(s, "qkv") == _bias(s, "out"), ("bias",), "q/k/v biases without an output bias")
+    need(s.position.rotation == "interleaved" or v3, ("position", "rotation"), "RoPE halves (V2 pairs them)")
+    layers = _layers(s)
+    moe = [i for i, layer in enumerate(layers) if layer.mlp.type == "moe"]
+    need(bool(moe) and moe == list(range(moe[0], len(layers))), ("layer_kinds",), "MoE layers other than the last")
+    m = layers[moe[0]].mlp
+    dense = [layer.mlp for layer in layers if layer.mlp.type != "moe"]
+    r = m.router
+    if v3:
+        need(r.score == "sigmoid" and r.score_bias, ("mlp", "router"), "V3's router (sigmoid scores, a score bias)")
+        need(r.group_score == "top2_sum", ("mlp", "router", "group_score"), "group scores other than the top-2 sum")
+    else:
+        need(r.score == "softmax" and not r.score_bias, ("mlp", "router"), "V2's router (softmax, no score bias)")
+        need(not r.normalize, ("mlp", "router", "normalize"), "renormalised gates (V2 never renormalises)")
+        need(r.group_score == "max", ("mlp", "router", "group_score"), "group scores other than the best expert's")
+    shared = m.shared.hidden // m.hidden if m.shared is not None else 0
+    need(m.shared is None or shared * m.hidden == m.shared.hidden, ("mlp", "shared"), "a partial shared expert")
+    need(m.shared is None or m.shared.gate == "none", ("mlp", "shared", "gate"), "a gated shared expert")
+    cfg = {k: v for k, v in _sizes(s).items() if k != "head_dim"}
+    cfg.update(num_key_value_heads=a.heads, rms_norm_eps=s.norm.eps, tie_word_embeddings=s.tie_embeddings)
+    cfg.update(attention_bias=_bias(s, "qkv"), rope_parameters=rope_parameters(s.position, interleaved=True))
+    cfg.update(kv_lora_rank=lat.kv_rank, q_lora_rank=lat.q_rank, qk_rope_head_dim=lat.rope_head_dim)
+    cfg.update(qk_nope_head_dim=lat.nope_head_dim, v_head_dim=lat.v_head_dim or lat.nope_head_dim)
+    if v3:
+        cfg["rope_interleave"] = s.position.rotation == "interleaved"
+    need(a.scale is None, ("attention", "scale"), "a custom attention scale")
+    cfg.update(_swiglu(dense[0]) if dense else {"intermediate_size": m.hidden})
+    cfg["hidden_act"] = _act(_moe_activation(m), ("mlp", "activation"))
+    cfg.update(n_routed_experts=m.experts, num_experts_per_tok=m.active, moe_intermediate_size=m.hidden)
+    cfg.update(n_shared_experts=shared, first_k_dense_replace=moe[0], routed_scaling_factor=r.scale)
+    cfg.update(n_group=r.groups, topk_group=r.top_groups or r.groups, norm_topk_prob=r.normalize)
+    if not v3:
+        cfg.update(topk_method="group_limited_greedy" if r.groups > 1 else "greedy", mlp_bias=_bias(s, "mlp"))
+    return cfg
+
+
 # HF class → (model_type, writer)
 WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "GPT2LMHeadModel": ("gpt2", gpt2),
@@ -612,6 +657,8 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "ViTModel": ("vit", vit),
     "BartForConditionalGeneration": ("bart", lambda s: bart(s, "BartForConditionalGeneration")),
     "MarianMTModel": ("marian", lambda s: bart(s, "MarianMTModel")),
+    "DeepseekV2ForCausalLM": ("deepseek_v2", lambda s: deepseek(s, "DeepseekV2ForCausalLM")),
+    "DeepseekV3ForCausalLM": ("deepseek_v3", lambda s: deepseek(s, "DeepseekV3ForCausalLM")),
 }
 
 # The classes to try for a spec of each kind, most common first (a spec imported from HF names its own).
@@ -642,6 +689,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "FalconForCausalLM",
         "BloomForCausalLM",
         "MptForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "DeepseekV2ForCausalLM",
     ),
     "encoder": ("BertForMaskedLM", "BertModel"),
     "vit": ("ViTForImageClassification", "ViTModel"),

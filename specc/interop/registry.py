@@ -9,6 +9,7 @@ from . import (
     hf_bert,
     hf_bloom,
     hf_cohere,
+    hf_deepseek,
     hf_exaone4,
     hf_falcon,
     hf_gemma,
@@ -32,6 +33,7 @@ from .family import Family
 FAMILIES: tuple[Family, ...] = (
     hf_gpt2.FAMILY,
     hf_phi.FAMILY,  # before Llama: Phi-2 shares its q/k/v names
+    hf_deepseek.FAMILY,  # before Llama: DeepSeek-V2-Lite has a q_proj
     hf_llama.FAMILY,
     hf_qwen.FAMILY,
     hf_phi3.FAMILY,
@@ -79,6 +81,8 @@ DEFAULT_ARCHITECTURE = {
     "falcon": "FalconForCausalLM",
     "bloom": "BloomForCausalLM",
     "mpt": "MptForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
     "bert": "BertModel",
     "vit": "ViTForImageClassification",
     "bart": "BartForConditionalGeneration",

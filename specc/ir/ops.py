@@ -403,6 +403,56 @@ _op(
 
 
 @attrs_dataclass
+class LatentAttentionAttrs(OpAttrs):
+    """Multi-head latent attention (DeepSeek-V2/V3). Inputs ``[q, latent, padding mask?]``: q ``[B, N, heads ·
+    (nope_head_dim + rope_head_dim)]`` (each head ``[nope | rope]``), latent ``[B, N, kv_rank + rope_head_dim]``
+    (the normalised KV latent, then the one rotary key all heads share). The parameter ``kv_b.weight``
+    ``[heads · (nope_head_dim + v_head_dim), kv_rank]`` expands the latent into each head's ``[k_nope | v]``;
+    k = ``[k_nope | rotary key]``. RoPE (``rope_dims`` > 0) turns the rope parts of q and of the key as
+    ``attention`` does. The KV cache holds the latent and the rotated key (kv_rank + rope_head_dim per token
+    and layer). The defaults are the torch ``LatentAttention`` layer's."""
+
+    heads: int
+    nope_head_dim: int
+    rope_head_dim: int
+    v_head_dim: int
+    kv_rank: int
+    mask: Literal["none", "causal", "padding", "sliding_window", "prefix", "chunked"] = "causal"
+    window: int | None = None
+    prefix: int | None = None
+    chunk: int | None = None
+    scale: float | None = None  # None: (nope + rope)^-½ (lowering always resolves it)
+    rope_dims: int = 0
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    rope_interleaved: bool = False
+    dropout: float = 0.0
+    padding: bool = False  # the last input is the key padding mask
+
+    @property
+    def head_dim(self) -> int:
+        """The q/k head size."""
+        return self.nope_head_dim + self.rope_head_dim
+
+    @property
+    def cross(self) -> bool:
+        """Latent attention is self-attention only (read where any attention core may be)."""
+        return False
+
+
+_op(
+    "latent_attention",
+    "multi-head latent attention core: the KV latent expanded per head by `kv_b`, then QKᵀ, softmax, AV",
+    LatentAttentionAttrs,
+    lambda a, s: (s[0][0], s[0][1], a.heads * a.v_head_dim),
+    lambda a, s: {"kv_b.weight": ParamSpec((a.heads * (a.nope_head_dim + a.v_head_dim), a.kv_rank))},
+)
+
+# The self-attention cores (the kinds that hold a KV cache while decoding).
+ATTENTION_KINDS = ("attention", "latent_attention")
+
+
+@attrs_dataclass
 class MoEAttrs(OpAttrs):
     """The defaults are the torch ``MoE`` layer's constructor defaults."""
 

@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import math
+
 from .schema import ClassicMLP, MoEMLP, SwiGLUMLP, _Transformer
 
 
 def head_dim(spec: _Transformer) -> int:
+    """Q/K head size: attention.head_dim, MLA's nope + rope part, or d_model / heads."""
     a = spec.attention
+    if a.latent is not None:
+        return a.latent.nope_head_dim + a.latent.rope_head_dim
     return a.head_dim if a.head_dim is not None else spec.d_model // a.heads
+
+
+def v_head_dim(spec: _Transformer) -> int:
+    """Value head size: MLA's v_head_dim (default nope_head_dim), else head_dim."""
+    lat = spec.attention.latent
+    if lat is not None:
+        return lat.v_head_dim if lat.v_head_dim is not None else lat.nope_head_dim
+    return head_dim(spec)
+
+
+def attention_scale(spec: _Transformer) -> float:
+    """attention.scale, or head_dim^-½; MLA under YaRN with mscale_all_dim also × mscale(factor, mscale_all_dim)²
+    (DeepSeek's softmax_scale, transformers' yarn_apply_mscale)."""
+    a = spec.attention
+    if a.scale is not None:
+        return float(a.scale)
+    scale = 1.0 / math.sqrt(head_dim(spec))
+    sc = spec.position.scaling if spec.position.type == "rotary" else None
+    if a.latent is not None and sc is not None and sc.type == "yarn" and sc.mscale_all_dim and (sc.factor or 1) > 1:
+        m = 0.1 * sc.mscale_all_dim * math.log(sc.factor or 1) + 1.0
+        scale *= m * m
+    return scale
 
 
 def kv_heads(spec: _Transformer) -> int:
@@ -53,7 +80,10 @@ def embedding_scale(spec: _Transformer) -> float:
 
 
 def rotary_dims(spec: _Transformer) -> float:
-    """Dims of each head that RoPE rotates: head_dim × fraction (valid only when an even whole number)."""
+    """Dims of each head that RoPE rotates: head_dim × fraction (valid only when an even whole number); MLA's
+    rope_head_dim."""
+    if spec.attention.latent is not None:
+        return spec.attention.latent.rope_head_dim * spec.position.fraction
     return head_dim(spec) * spec.position.fraction
 
 

@@ -28,7 +28,9 @@ MAX_PARAMS = 10**14
 def attention_rules(spec: _Transformer) -> Any:
     a = spec.attention
     mask = resolve.mask(spec)
-    if a.head_dim is None and spec.d_model % a.heads:
+    if a.latent is not None:
+        yield from _latent_rules(spec)
+    if a.head_dim is None and a.latent is None and spec.d_model % a.heads:
         lo = max(d for d in range(1, a.heads + 1) if spec.d_model % d == 0)
         yield Violation(
             ("attention", "heads"),
@@ -69,6 +71,30 @@ def attention_rules(spec: _Transformer) -> Any:
         if isinstance(spec, _TextModel) and value is not None and value > spec.context:
             hint = f"{too_long}: use mask: causal" if too_long else None
             yield Violation(("attention", field), f"{field} {value} is longer than context {spec.context}", hint)
+
+
+def _latent_rules(spec: _Transformer) -> Any:
+    """MLA fixes the head sizes and gives every head its own K/V: no field may say otherwise."""
+    a, lat = spec.attention, spec.attention.latent
+    assert lat is not None
+    qk = lat.nope_head_dim + lat.rope_head_dim
+    if not isinstance(spec, DecoderSpec):
+        yield Violation(("attention", "latent"), "multi-head latent attention is for decoders", "use kind: decoder")
+    if a.head_dim is not None and a.head_dim != qk:
+        yield Violation(
+            ("attention", "head_dim"),
+            f"head_dim {a.head_dim} ≠ latent nope_head_dim + rope_head_dim = {qk}",
+            "remove head_dim: MLA's q/k head is its nope and rope parts",
+        )
+    if a.kv_heads is not None and a.kv_heads != a.heads:
+        yield Violation(
+            ("attention", "kv_heads"),
+            f"kv_heads {a.kv_heads} ≠ heads {a.heads}: latent attention expands K/V for every head",
+            "remove kv_heads",
+        )
+    for key, value, off in (("qk_norm", a.qk_norm, "none"), ("softcap", a.softcap, None)):
+        if value != off:
+            yield Violation(("attention", key), f"attention.{key} is not supported with latent attention")
 
 
 def mlp_rules(spec: _Transformer) -> Any:

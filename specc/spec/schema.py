@@ -79,6 +79,22 @@ class Dropout(_Strict):
 DropoutField = Annotated[Dropout, BeforeValidator(_dropout_shortcut, json_schema_input_type=Union[float, Dropout])]
 
 
+class Latent(_Strict):
+    """Multi-head latent attention (DeepSeek-V2/V3): K and V of every head are expanded from one compressed latent
+    per token (the KV cache holds the latent and the shared rotary key), q optionally from a low-rank one."""
+
+    kv_rank: SInt = Field(..., ge=1, le=MAX_WIDTH, description="width of the compressed KV latent (kv_lora_rank)")
+    q_rank: SInt | None = Field(
+        None, ge=1, le=MAX_WIDTH, description="width of the low-rank q latent (q_lora_rank); none: a full q projection"
+    )
+    rope_head_dim: SInt = Field(
+        ..., ge=1, le=MAX_WIDTH, description="rotated part of each q/k head; the key's is one for all heads"
+    )
+    nope_head_dim: SInt = Field(..., ge=1, le=MAX_WIDTH, description="unrotated part of each q/k head")
+    v_head_dim: SInt | None = Field(None, ge=1, le=MAX_WIDTH, description="value head size; default nope_head_dim")
+    eps: float = Field(1e-6, gt=0, lt=1, description="eps of the RMSNorms on the q and KV latents")
+
+
 class Attention(_Strict):
     heads: SInt = Field(..., ge=1, le=MAX_HEADS, description="query heads H")
     kv_heads: SInt | None = Field(None, ge=1, le=MAX_HEADS, description="K/V heads (GQA/MQA); default H")
@@ -102,6 +118,11 @@ class Attention(_Strict):
     )
     softcap: float | None = Field(
         None, gt=0, description="attention-logit softcapping: scores = softcap · tanh(scores / softcap) (Gemma 2)"
+    )
+    latent: Latent | None = Field(
+        None,
+        description="multi-head latent attention (DeepSeek-V2/V3): head_dim = nope_head_dim + rope_head_dim; "
+        "default scale head_dim^-½ · mscale(factor, mscale_all_dim)² under YaRN",
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...ir.ops import AttentionAttrs
+from ...ir.ops import AttentionAttrs, LatentAttentionAttrs
 from .. import constants as C
 from .common import Ctx, Dims, Flop, Mem, numel
 
@@ -100,4 +100,50 @@ def attention_memory(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) ->
     )
 
 
-RULES = {"attention": (attention_flops, attention_memory)}
+def _latent_lengths(a: LatentAttentionAttrs, ins: list[Dims], ctx: Ctx) -> tuple[int, int, int]:
+    b, nq = ins[0][0], ins[0][1]
+    return b, nq, nq if ctx.kv_len is None else ctx.kv_len
+
+
+def latent_attention_flops(a: LatentAttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    """The torch layer's form: every key's latent expanded to its heads' [k_nope | v] by kv_b (while decoding,
+    the whole cache again each step), then attention with q/k heads of nope + rope and v heads of v_head_dim."""
+    b, nq, nk = _latent_lengths(a, ins, ctx)
+    h, qk, v = a.heads, a.head_dim, a.v_head_dim
+    pairs = visible_pairs(a.mask, nq, nk, a.window, a.prefix, a.chunk)
+    per_score = C.SOFTMAX + C.SCORE_SCALE
+    parts = [
+        Flop("qkv_proj", matmul=2 * b * nk * a.kv_rank * h * (a.nope_head_dim + v)),
+        Flop("qk", matmul=2 * b * h * nq * nk * qk, matmul_useful=2 * b * h * pairs * qk),
+        Flop("softmax", other=per_score * b * h * nq * nk, other_useful=per_score * b * h * pairs),
+        Flop("av", matmul=2 * b * h * nq * nk * v, matmul_useful=2 * b * h * pairs * v),
+    ]
+    if a.rope_dims:
+        parts.append(Flop("pos", other=C.ROPE * b * nq * (h + 1) * a.rope_dims))  # q heads and the one shared key
+    return parts
+
+
+def latent_attention_memory(a: LatentAttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    """The KV cache is the latent and the rotary key per token (kv_rank + rope_head_dim), not per head."""
+    b, nq, nk = _latent_lengths(a, ins, ctx)
+    h, qk, v = a.heads, a.head_dim, a.v_head_dim
+    q, k_v, latent = b * nq * h * qk, b * nk * h * (qk + v), b * nk * (a.kv_rank + a.rope_head_dim)
+    scores = b * h * nq * nk
+    saved = (q + k_v + latent + scores) * ctx.bytes
+    if a.dropout > 0:
+        saved += scores * C.MASK_BYTES + scores * ctx.bytes
+    stats = b * h * nq * C.STAT_BYTES
+    return Mem(
+        saved=saved,
+        saved_fused=(q + k_v + latent) * ctx.bytes + stats,
+        io=(q + latent + k_v + numel(out)) * ctx.bytes,
+        scores=scores * ctx.bytes,
+        scores_fused=stats,
+        kv_cache=latent * ctx.bytes,
+    )
+
+
+RULES = {
+    "attention": (attention_flops, attention_memory),
+    "latent_attention": (latent_attention_flops, latent_attention_memory),
+}

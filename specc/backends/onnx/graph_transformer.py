@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from onnx import TensorProto
 
+from ...errors import SpecError
 from ...ir.graph import LayerGraph
 from .builder import ExportOptions, GraphBuilder, LazyModel, symbolic
 from .contrib import check_contrib
@@ -23,6 +24,11 @@ def validate(g: LayerGraph, opts: ExportOptions) -> None:
         for op in g.ops():
             if op.kind == "attention":
                 check_contrib(op, opts.dtype)
+            if op.kind == "latent_attention":
+                raise SpecError(
+                    f"{op.name}: latent attention exports with the standard Attention op only",
+                    hint="use --attention standard",
+                )
 
 
 def build_transformer(g: LayerGraph, params: Mapping[str, tuple[int, ...]], opts: ExportOptions) -> LazyModel:

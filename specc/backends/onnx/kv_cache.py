@@ -3,6 +3,8 @@
 Layout (every attention op kind): ``past_key_values.{i}.key|value`` and ``present.{i}.key|value`` are
 ``[batch, kv_heads, past_sequence, head_dim]`` in the model dtype; ``i`` counts the cached stack's
 self-attention layers in order. ``attention_mask`` of a cached decoder-only model covers past + new tokens.
+A latent-attention layer (MLA) caches its compressed latent as ``.key`` ``[batch, 1, past_sequence, kv_rank]`` and
+the shared rotated key as ``.value`` ``[batch, 1, past_sequence, rope_head_dim]`` (ops_latent.py).
 The decoder graph of an encoder-decoder export (graph_encdec.py) tags its self-attention cache
 ``past_key_values.{i}.decoder.key|value`` → ``present.{i}.decoder.key|value`` (optimum's names) and carries the
 cross-attention K/V beside it as ``.encoder.``.
@@ -18,11 +20,13 @@ runtime/generate.py does this). Every layout works with a cache of exactly the p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from onnx import helper
 
 from ...errors import SpecError
 from ...ir.graph import LayerGraph, Op
+from ...ir.ops import ATTENTION_KINDS
 from .builder import ExportOptions, GraphBuilder
 from .contrib import uses_gqa
 
@@ -44,7 +48,7 @@ class KVCache:
         """The stack whose causal self-attention gets the cache: the one producing ``logits``."""
         head = g.outputs.get("logits")
         stack = g.op(head).stack if head else None
-        ops = [op for op in g.ops() if op.kind == "attention" and not op.attrs.cross and op.stack == stack]
+        ops = [op for op in g.ops() if op.kind in ATTENTION_KINDS and not op.attrs.cross and op.stack == stack]
         if not ops or any(op.attrs.mask not in ("causal", "sliding_window", "prefix", "chunked") for op in ops):
             raise SpecError(
                 f"--kv-cache needs a causal decoder; {g.meta.get('name')} ({g.meta.get('family')}) has none",
@@ -54,9 +58,9 @@ class KVCache:
 
     def add_inputs(self, b: GraphBuilder) -> None:
         for i, op in enumerate(self.ops):
-            shape = ["batch", op.attrs.kv_heads, "past_sequence", op.attrs.head_dim]
-            b.add_input(f"past_key_values.{i}{self.tag}.key", b.ftype, shape)
-            b.add_input(f"past_key_values.{i}{self.tag}.value", b.ftype, shape)
+            key, value = _shapes(op, "past_sequence")
+            b.add_input(f"past_key_values.{i}{self.tag}.key", b.ftype, key)
+            b.add_input(f"past_key_values.{i}{self.tag}.value", b.ftype, value)
         self.past_len = self._past_from_mask(b) or b.scalar_dim(f"past_key_values.0{self.tag}.key", 2)
 
     def _past_from_mask(self, b: GraphBuilder) -> str:
@@ -79,9 +83,18 @@ class KVCache:
 
     def add_outputs(self, b: GraphBuilder, total: str) -> None:
         for (k, v), op in zip(self.presents, self.ops, strict=True):
-            shape = ["batch", op.attrs.kv_heads, total, op.attrs.head_dim]
-            b.outputs.append(helper.make_tensor_value_info(k, b.ftype, shape))
-            b.outputs.append(helper.make_tensor_value_info(v, b.ftype, shape))
+            key, value = _shapes(op, total)
+            b.outputs.append(helper.make_tensor_value_info(k, b.ftype, key))
+            b.outputs.append(helper.make_tensor_value_info(v, b.ftype, value))
+
+
+def _shapes(op: Op, length: str) -> tuple[list[Any], list[Any]]:
+    """The cached key and value shapes of one layer: per KV head, or MLA's latent and rotary key."""
+    a = op.attrs
+    if op.kind == "latent_attention":
+        return ["batch", 1, length, a.kv_rank], ["batch", 1, length, a.rope_head_dim]
+    shape = ["batch", a.kv_heads, length, a.head_dim]
+    return shape, shape
 
 
 def buffer_metadata(g: LayerGraph, opts: ExportOptions) -> dict[str, str]:

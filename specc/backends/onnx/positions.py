@@ -24,6 +24,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ...ir.graph import LayerGraph
+from ...ir.ops import ATTENTION_KINDS
 from .builder import GraphBuilder
 from .kv_cache import offset
 
@@ -49,7 +50,7 @@ def plan(g: LayerGraph) -> PositionPlan | None:
         return None
     stack = g.op(head).stack
     ops = [op for op in g.ops() if op.stack == stack]
-    uses = any(op.kind in USES_POSITIONS or (op.kind == "attention" and op.attrs.rope_dims) for op in ops)
+    uses = any(op.kind in USES_POSITIONS or (op.kind in ATTENTION_KINDS and op.attrs.rope_dims) for op in ops)
     return PositionPlan(stack, mask, uses)
 
 

@@ -14,6 +14,8 @@ from .context import Context, linear, norm
 def _attention(c: Context, p: str, x: str, layer: int, mask: str, memory: str | None = None) -> str:
     """QKV projection, fused attention core, output projection. ``memory`` makes it cross-attention."""
     s, g = c.spec, c.g
+    if s.attention.latent is not None:
+        return _latent_attention(c, p, x, layer, mask)
     h, kv, hd = s.attention.heads, resolve.kv_heads(s), resolve.head_dim(s)
     rope = s.position.type == "rotary" and memory is None
     cross = "cross_" if memory is not None else ""
@@ -57,6 +59,58 @@ def _attention(c: Context, p: str, x: str, layer: int, mask: str, memory: str | 
     if sc is not None and sc.rebuild_cache:  # generation recomputes the cache once past the original context
         g.meta["rebuild_cache_after"] = min(sc.original_max_positions, g.meta.get("rebuild_cache_after", 1 << 62))
     return linear(c, f"{p}.out", core, h * hd, c.d, f"{cross}out_proj", layer, s.bias.out, init=residual)
+
+
+def _latent_attention(c: Context, p: str, x: str, layer: int, mask: str) -> str:
+    """Multi-head latent attention (DeepSeek-V2/V3, transformers' names in brackets): q from x (``q``) or from a
+    normalised low-rank latent (``q_a`` → ``q_a_norm`` → ``q_b``); the KV latent and the shared rotary key
+    (``kv_a``, its latent part normalised by ``kv_a_norm``); the core expands the latent per head; ``out``.
+    Biases as transformers': on q_a, kv_a and out (bias.qkv, bias.out), never on q, q_b or kv_b."""
+    s, g = c.spec, c.g
+    lat = s.attention.latent
+    assert lat is not None
+    h, qk, v, rank = s.attention.heads, resolve.head_dim(s), resolve.v_head_dim(s), lat.kv_rank
+    rope = s.position.type == "rotary"
+    residual = "residual" if s.init.scaled_residual else "normal"
+    if lat.q_rank is not None:
+        q = linear(c, f"{p}.q_a", x, c.d, lat.q_rank, "qkv_proj", layer, s.bias.qkv)
+        q = g.add("rmsnorm", f"{p}.q_a_norm", [q], "norm", layer=layer, stack=c.stack, dim=lat.q_rank, eps=lat.eps)
+        q = linear(c, f"{p}.q_b", q, lat.q_rank, h * qk, "qkv_proj", layer, False)
+    else:
+        q = linear(c, f"{p}.q", x, c.d, h * qk, "qkv_proj", layer, False)
+    kv = linear(c, f"{p}.kv_a", x, c.d, rank + lat.rope_head_dim, "qkv_proj", layer, s.bias.qkv)
+    kv = g.add(
+        "slice_rmsnorm", f"{p}.kv_a_norm", [kv], "norm", layer=layer, stack=c.stack, dim=rank, start=0, width=rank,
+        eps=lat.eps,
+    )  # fmt: skip
+    core = g.add(
+        "latent_attention",
+        f"{p}.core",
+        [q, kv] + ([c.pad] if c.pad is not None else []),
+        "attention",
+        layer=layer,
+        stack=c.stack,
+        heads=h,
+        nope_head_dim=lat.nope_head_dim,
+        rope_head_dim=lat.rope_head_dim,
+        v_head_dim=v,
+        kv_rank=rank,
+        mask=mask,
+        window=s.attention.window,
+        prefix=s.attention.prefix,
+        chunk=s.attention.chunk,
+        scale=resolve.attention_scale(s),
+        rope_dims=int(resolve.rotary_dims(s)) if rope else 0,
+        rope_theta=s.position.theta,
+        rope_scaling=_rope_scaling(s) if rope else None,
+        rope_interleaved=rope and s.position.rotation == "interleaved",
+        dropout=s.dropout.attention,
+        padding=c.pad is not None,
+    )
+    sc = s.position.scaling if rope else None
+    if sc is not None and sc.rebuild_cache:
+        g.meta["rebuild_cache_after"] = min(sc.original_max_positions, g.meta.get("rebuild_cache_after", 1 << 62))
+    return linear(c, f"{p}.out", core, h * v, c.d, "out_proj", layer, s.bias.out, init=residual)
 
 
 def _alibi(s: Any, self_attention: bool) -> dict[str, Any]:

@@ -245,6 +245,37 @@ _emits(
     state=lambda op: not op.attrs.cross,
 )
 
+
+def _rotary(op: Op, a: Attr) -> str:
+    """``, rope=Rotary(...)`` for a core that rotates, else ""."""
+    if not op.attrs.rope_dims:
+        return ""
+    extra = _kwargs(a, op, ROTARY_KWARGS).replace(", rope_scaling=", ", scaling=")
+    extra = extra.replace(", rope_interleaved=", ", interleaved=")
+    return f", rope=Rotary({a('rope_dims')}, {a('rope_theta')}{extra})"
+
+
+def _latent_attention_ctor(op: Op, a: Attr) -> str:
+    head = f"{a('heads')}, {a('nope_head_dim')}, {a('rope_head_dim')}, {a('v_head_dim')}, {a('kv_rank')}"
+    kwargs = _kwargs(a, op, SELF_ATTENTION_KWARGS, scale=1.0 / op.attrs.head_dim**0.5)
+    return f"LatentAttention({head}{kwargs}{_rotary(op, a)})"
+
+
+def _latent_attention_call(op: Op, c: Call) -> str:
+    if op.attrs.padding:
+        return _with_state(op, c)
+    return f"{c.module}({c.args[0]}, {c.args[1]}, state={c.state})"
+
+
+_emits(
+    "latent_attention",
+    call=_latent_attention_call,
+    ctor=_latent_attention_ctor,
+    structural=("padding", "mask"),
+    variant=lambda op: bool(op.attrs.rope_dims),
+    state=lambda op: True,
+)
+
 MOE_KWARGS = (
     "expert",
     "activation",

@@ -6,7 +6,15 @@ compile --target python`` copies the definitions a model uses into its standalon
 
 from __future__ import annotations
 
-from .attention import AlibiAttention, AttentionCore, CrossAttention, SelfAttention, SoftcapAttention, WindowedAttention
+from .attention import (
+    AlibiAttention,
+    AttentionCore,
+    CrossAttention,
+    LatentAttention,
+    SelfAttention,
+    SoftcapAttention,
+    WindowedAttention,
+)
 from .embed import (
     ClsToken,
     LearnedPositions,
@@ -39,6 +47,7 @@ __all__ = [
     "CrossAttention",
     "GenerationError",
     "KVCache",
+    "LatentAttention",
     "LearnedPositions",
     "LearnedPositions2d",
     "MoE",

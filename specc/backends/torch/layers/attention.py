@@ -212,3 +212,37 @@ class CrossAttention(AttentionCore):
         q = q.view(b, n, self.heads, self.head_dim).transpose(1, 2)
         k, v = kv.view(b, kv.shape[1], 2 * self.kv_heads, self.head_dim).transpose(1, 2).chunk(2, 1)
         return self.attend(q, k, v, self.mask_for(n, k.shape[2], attention_mask, None, q.device)[0], False)
+
+
+class LatentAttention(AttentionCore):
+    """Multi-head latent attention (DeepSeek-V2/V3): q [B, N, H·(nope + rope)] and the KV latent [B, N, rank +
+    rope] (normalised latent, then the one rotary key all heads share). ``kv_b`` expands the latent into each
+    head's [k_nope | v]; k = [k_nope | rotary key]. The KV cache holds the latent and the rotated key only."""
+
+    def __init__(self, heads: int, nope_head_dim: int, rope_head_dim: int, v_head_dim: int, kv_rank: int,
+                 mask="causal", scale=None, window=None, prefix=None, rope: nn.Module | None = None, dropout=0.0,
+                 chunk=None):  # fmt: skip
+        super().__init__(heads, heads, nope_head_dim + rope_head_dim, scale, dropout)
+        self.nope, self.rope_dim, self.v_dim, self.rank = nope_head_dim, rope_head_dim, v_head_dim, kv_rank
+        self.mask, self.window, self.prefix, self.rope, self.chunk = mask, window, prefix, rope, chunk
+        self.kv_b = nn.Linear(kv_rank, heads * (nope_head_dim + v_head_dim), bias=False)
+
+    def forward(self, q: Tensor, latent: Tensor, attention_mask: Tensor | None = None, state: State | None = None):
+        b, n, _ = q.shape
+        q_pass, q_rot = q.view(b, n, self.heads, self.head_dim).transpose(1, 2).split([self.nope, self.rope_dim], -1)
+        c, k_rot = latent.unsqueeze(1).split([self.rank, self.rope_dim], -1)  # [B, 1, N, rank], [B, 1, N, rope]
+        if self.rope is not None:
+            q_rot, k_rot = self.rope(q_rot, k_rot, state)
+        if state is not None and state.cache is not None:
+            c, k_rot = state.cache.update(self, c, k_rot)
+        t = c.shape[2]
+        kv = self.kv_b(c).view(b, t, self.heads, self.nope + self.v_dim).transpose(1, 2)  # (B, H, T, nope + v)
+        k_nope, v = kv.split([self.nope, self.v_dim], -1)
+        k = torch.cat((k_nope, k_rot.expand(-1, self.heads, -1, -1)), -1)
+        m, causal = self.mask_for(n, t, attention_mask, state, q.device)
+        return self.attend(torch.cat((q_pass, q_rot), -1), k, v, m, causal)
+
+    def extra_repr(self) -> str:
+        return f"heads={self.heads}, nope={self.nope}, rope={self.rope_dim}, v={self.v_dim}, kv_rank={self.rank}" + (
+            f", mask={self.mask!r}" if self.mask != "causal" else ""
+        )
