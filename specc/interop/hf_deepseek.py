@@ -67,6 +67,16 @@ def _router(cfg: HFConfig, arch: str) -> dict[str, Any]:
     }
 
 
+def _count(cfg: HFConfig, key: str, default: int) -> int:
+    """A whole number ≥ 0 (``first_k_dense_replace``, ``n_shared_experts`` may be 0)."""
+    value = cfg.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise cfg.refuse(key, f"expected a whole number ≥ 0, got {value!r}")
+    return value
+
+
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     n, heads = cfg.positive_int("num_hidden_layers"), cfg.positive_int("num_attention_heads")
     cfg.ignore("head_dim", "num_key_value_heads", "qk_head_dim")  # derived; MLA expands K/V for every head
@@ -75,8 +85,8 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     act = cfg.activation("hidden_act", "silu")
     mlp_bias = cfg.flag("mlp_bias", False) if arch != V3 else False
     dense = {"type": "swiglu", "hidden": cfg.positive_int("intermediate_size"), "activation": act}
-    experts = cfg.optional_int("n_routed_experts")
-    first_dense = cfg.optional_int("first_k_dense_replace") or 0
+    experts = _count(cfg, "n_routed_experts", 256 if arch == V3 else 64)
+    first_dense = _count(cfg, "first_k_dense_replace", 3 if arch == V3 else 0)
     freq = cfg.positive_int("moe_layer_freq", 1)
     if freq != 1:
         raise cfg.refuse("moe_layer_freq", f"{freq} is not supported: transformers makes every layer MoE", "use 1")
@@ -93,7 +103,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             "activation": act,
             "router": _router(cfg, arch),
         }
-        shared = cfg.optional_int("n_shared_experts") or 0
+        shared = _count(cfg, "n_shared_experts", 1 if arch == V3 else 2)
         if shared:
             mlp["shared"] = {"hidden": shared * hidden}
     pos = position(cfg)

@@ -57,11 +57,6 @@ ROWS: tuple[Missing, ...] = (
         ("swiglu_alpha", "swiglu_limit"),
     ),
     Missing(
-        "multi-head latent attention (kv_lora_rank) is not supported",
-        ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
-        ("kv_lora_rank", "q_lora_rank"),
-    ),
-    Missing(
         "relative position bias (bucketed, relative_attention_num_buckets) is not supported",
         _T5,
         ("relative_attention_num_buckets", "relative_attention_max_distance", "model_type"),
