@@ -81,9 +81,23 @@ def train(
     parallel: Annotated[
         str | None,
         typer.Option(
-            help="dp=D,tp=T under torchrun (D·T processes): FSDP2 over dp, tensor parallel over tp; -o DIR "
-            "writes a distributed checkpoint folder, -o X.safetensors one gathered file"
+            help="dp=D,tp=T,pp=P under torchrun (D·T·P processes): FSDP2 over dp, tensor parallel over tp, "
+            "pipeline stages over pp; -o DIR writes a distributed checkpoint folder, -o X.safetensors one "
+            "gathered file (pp=1)"
         ),
+    ] = None,
+    pipeline_schedule: Annotated[
+        str | None,
+        typer.Option("--pipeline-schedule", help="pp > 1: gpipe | 1f1b | interleaved-1f1b | zero-bubble [1f1b]"),
+    ] = None,
+    virtual_stages: Annotated[
+        int | None, typer.Option(help="pp > 1: model chunks per pipeline rank (interleaved-1f1b, zero-bubble) [1]")
+    ] = None,
+    micro_batch: Annotated[
+        int | None, typer.Option(help="pp > 1: sequences per micro-batch [a replica's rows / pp]")
+    ] = None,
+    global_batch: Annotated[
+        int | None, typer.Option(help="sequences per optimizer step over every replica (--batch by another name)")
     ] = None,
     trust_pickled_checkpoint: TrustPickleOpt = False,
     sets: SetOpt = None,
@@ -101,6 +115,16 @@ def train(
         raise SpecError("missing --output / -o", hint="e.g. -o reverse.safetensors")
     _check_numbers(locals())
     layout = launch.parse_layout(parallel) if parallel is not None else None
+    batch = _global_batch(batch, global_batch)
+    opts = _pipeline_options(layout, pipeline_schedule, virtual_stages, micro_batch, output)
+    if opts is not None and spec is not None and resume is None:  # the layout against the spec, before any work
+        from ..ir.lower import lower
+        from ..parallel.pipeline import check_pipeline
+
+        assert layout is not None
+        rows = (batch or TrainConfig.batch) // layout["dp"]
+        check_pipeline(lower(load(spec, sets)), layout["pp"], opts.schedule, opts.virtual,
+                       opts.micro_batches(rows, layout["pp"]))  # fmt: skip
     if layout is not None and not output.name.endswith(".safetensors"):
         _check_folder(output, spec, text, resume)
     else:
@@ -123,7 +147,13 @@ def train(
             if sets:
                 raise SpecError("--set cannot change the model of a resumed checkpoint", hint="leave out --set")
             run = resume_run(
-                resume, flags, dev, spec=load(spec) if spec else None, mesh=mesh, trust_pickle=trust_pickled_checkpoint
+                resume,
+                flags,
+                dev,
+                spec=load(spec) if spec else None,
+                mesh=mesh,
+                trust_pickle=trust_pickled_checkpoint,
+                pipeline=opts,
             )
             side = resume if resume.is_dir() else optimizer_path(resume)  # a folder holds its optimizer state
             if run.resumed_optimizer:
@@ -139,14 +169,19 @@ def train(
             if steps is None:
                 raise SpecError("missing --steps", hint="e.g. --steps 2000")
             cfg = TrainConfig(**{k: v for k, v in flags.items() if v is not None})
-            run = new_run(load(spec, sets), cfg, dev, mesh=mesh)
+            run = new_run(load(spec, sets), cfg, dev, mesh=mesh, pipeline=opts)
         _check_config(run.cfg)  # a resumed checkpoint's own settings obey the same bounds
         n_params = run.graph.num_params()  # the whole model (a parallel rank holds a share)
         lo, hi = run.lengths
         lengths = f"window {hi}" if run.task is None else f"lengths {lo}–{hi} ({run.task.length_meaning})"
         where = str(dev)
         if layout is not None:
-            where = f"{dev.type} × {layout['dp'] * layout['tp']} processes (dp={layout['dp']}, tp={layout['tp']})"
+            n = layout["dp"] * layout["tp"] * layout["pp"]
+            where = f"{dev.type} × {n} processes (dp={layout['dp']}, tp={layout['tp']}"
+            if run.pipeline is not None:
+                p = run.pipeline
+                where += f", pp={layout['pp']}: {p.schedule_name}, {p.n_chunks} chunks, {p.micro_batches} micro-batches"
+            where += ")"
         out.print(
             f"{run.graph.meta['name']} ({run.graph.meta['family']}, {n_params:,} parameters) on {run.cfg.task}: "
             f"{lengths}, vocabulary {len(run.vocab)}, batch {run.cfg.batch}, steps {run.step}→{run.cfg.steps}, {where}"
@@ -159,6 +194,43 @@ def train(
     finally:
         launch.shutdown()
     out.print(f"wrote {output} (step {run.step})")
+
+
+def _global_batch(batch: int | None, global_batch: int | None) -> int | None:
+    if global_batch is None:
+        return batch
+    limits.bounded(global_batch, "--global-batch", 1, limits.MAX_BATCH)
+    if batch is not None and batch != global_batch:
+        raise SpecError(f"--batch {batch} and --global-batch {global_batch} disagree", hint="give one of them")
+    return global_batch
+
+
+def _pipeline_options(
+    layout: dict[str, int] | None, schedule: str | None, virtual: int | None, micro: int | None, output: Path
+) -> Any:
+    """The pipeline's settings for pp > 1; refused (never ignored) without it."""
+    from ..parallel.pipeline import PipelineOptions
+
+    pp = layout["pp"] if layout is not None else 1
+    given = [f for f, v in (("--pipeline-schedule", schedule), ("--virtual-stages", virtual),
+                            ("--micro-batch", micro)) if v is not None]  # fmt: skip
+    if pp == 1:
+        if given:
+            raise SpecError(f"{given[0]} sets up pipeline stages: it needs --parallel ...,pp=P with P > 1")
+        return None
+    limits.bounded(virtual, "--virtual-stages", 1, limits.MAX_STEPS)
+    limits.bounded(micro, "--micro-batch", 1, limits.MAX_BATCH)
+    if output.name.endswith(".safetensors"):
+        raise SpecError(
+            f"-o {output}: a pipelined run writes a distributed checkpoint folder (each stage its shards)",
+            hint=f"-o {output.name.removesuffix('.safetensors')}; it loads into one process and specc generate",
+        )
+    opts = PipelineOptions(schedule or "1f1b", virtual or 1, micro)
+    from ..analysis.parallel.layout import SCHEDULES
+
+    if opts.schedule not in SCHEDULES:
+        raise SpecError(f"--pipeline-schedule {opts.schedule} is unknown", hint=f"use one of {', '.join(SCHEDULES)}")
+    return opts
 
 
 _BOUNDS = {  # option: (TrainConfig field, low, high)

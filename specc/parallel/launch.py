@@ -1,4 +1,4 @@
-"""Layouts from the command line (``--parallel dp=2,tp=2``) and the device mesh of a torchrun launch."""
+"""Layouts from the command line (``--parallel dp=2,tp=2,pp=2``) and the device mesh of a torchrun launch."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import torch
 from ..errors import SpecError
 
 KNOWN = ("dp", "tp")
+RUN = ("dp", "tp", "pp")
 STARTED = False  # this process started a process group: it ends by ``end_process``
-NOT_RUN = {"pp": "pipeline", "ep": "expert", "cp": "context"}  # degrees the analyzer sizes; here only =1
+NOT_RUN = {"ep": "expert", "cp": "context"}  # degrees the analyzer sizes; here only =1
 
 
 def parse_layout(text: str) -> dict[str, int]:
@@ -32,9 +33,9 @@ def parse_layout(text: str) -> dict[str, int]:
             raise SpecError(
                 f"--parallel {key}={getattr(layout, key)}: {what} parallelism is sized by specc analyze but not run "
                 "by specc train",
-                hint=f"--parallel dp=N,tp=N ({key}=1)",
+                hint=f"--parallel dp=N,tp=N,pp=N ({key}=1)",
             )
-    return {key: getattr(layout, key) for key in KNOWN}
+    return {key: getattr(layout, key) for key in RUN}
 
 
 def world_size() -> int:
@@ -56,16 +57,24 @@ def local_device(device: torch.device) -> torch.device:
     return device
 
 
+def describe(layout: dict[str, int]) -> str:
+    """``dp=2,tp=1`` (and ``,pp=P`` when it pipelines)."""
+    pp = layout.get("pp", 1)
+    return f"dp={layout['dp']},tp={layout['tp']}" + (f",pp={pp}" if pp > 1 else "")
+
+
 def init_mesh(layout: dict[str, int], device: torch.device) -> Any:
-    """The ("dp", "tp") DeviceMesh of this launch, starting the process group (gloo on CPU, nccl on CUDA)."""
+    """The DeviceMesh of this launch, starting the process group (gloo on CPU, nccl on CUDA): dimensions
+    ("dp", "tp"), or ("pp", "dp", "tp") with pp > 1 (pp outermost, tp innermost, as the analyzer orders ranks)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    need, have = layout["dp"] * layout["tp"], world_size()
+    pp = layout.get("pp", 1)
+    need, have = layout["dp"] * layout["tp"] * pp, world_size()
     if need != have:
         how = "torchrun is not running this process" if "WORLD_SIZE" not in os.environ else f"{have} processes run"
         raise SpecError(
-            f"--parallel dp={layout['dp']},tp={layout['tp']} needs {need} processes; {how}",
+            f"--parallel {describe(layout)} needs {need} processes; {how}",
             hint=f"torchrun --nproc-per-node {need} -m specc train ...",
         )
     global STARTED
@@ -78,6 +87,8 @@ def init_mesh(layout: dict[str, int], device: torch.device) -> Any:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    if pp > 1:
+        return init_device_mesh(device.type, (pp, layout["dp"], layout["tp"]), mesh_dim_names=("pp", *KNOWN))
     return init_device_mesh(device.type, (layout["dp"], layout["tp"]), mesh_dim_names=KNOWN)
 
 

@@ -40,6 +40,28 @@ from ..ir.graph import LayerGraph
 
 
 @dataclass(frozen=True)
+class PipelineOptions:
+    """How a pipelined step runs: the schedule, model chunks per rank, sequences per micro-batch (None: the
+    replica's rows split into pp micro-batches where they divide, else micro-batches of one sequence)."""
+
+    schedule: str = "1f1b"
+    virtual: int = 1
+    micro_batch: int | None = None
+
+    def micro_batches(self, rows: int, pp: int) -> int:
+        """Micro-batches per step of a replica holding ``rows`` sequences (checked: they divide)."""
+        size = self.micro_batch
+        if size is None:
+            size = rows // pp if rows % pp == 0 and rows >= pp else 1
+        if size < 1 or rows % size:
+            raise SpecError(
+                f"--micro-batch {size} does not divide the {rows} sequences each data-parallel replica takes per step",
+                hint="--batch (the global batch) / dp must be a multiple of --micro-batch",
+            )
+        return rows // size
+
+
+@dataclass(frozen=True)
 class Chunk:
     """One model chunk: its index, its blocks (global numbers, consecutive) and the outer ops it holds."""
 

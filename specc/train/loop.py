@@ -62,12 +62,18 @@ class Run:
     eval_set: list[Pair] = field(default_factory=list)
     step: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
-    mesh: Any = None  # a ("dp", "tp") DeviceMesh when the model is parallelized (specc.parallel)
+    mesh: Any = None  # a ("dp", "tp") or ("pp", "dp", "tp") DeviceMesh when the model is parallelized
+    pipeline: Any = None  # specc.parallel.pipeline.Pipeline when pp > 1 (``model``: this rank's share)
     resumed_optimizer: bool = False  # the optimizer state came from the resumed checkpoint
 
     @property
     def lengths(self) -> tuple[int, int]:
         return self.cfg.min_len or 1, self.cfg.max_len or 1
+
+    @property
+    def forward(self) -> Any:
+        """What evaluation and sampling call: the model, or the pipeline that runs it across stages."""
+        return self.pipeline if self.pipeline is not None else self.model
 
     @property
     def warmup(self) -> int:
@@ -110,12 +116,14 @@ def setup(
     vocab: Vocab | None = None,
     mesh: Any = None,
     shards: Any = None,
+    pipeline: Any = None,
 ) -> Run:
     """Build the task data, the model and the optimizer (``weights`` / ``vocab`` when resuming); with a
     ``mesh`` the model is parallelized over it and each dp rank trains on its rows of every global batch;
     ``shards``: a distributed checkpoint folder (``specc.parallel.checkpoint.open_folder``, checked) each rank
     reads its shards of the weights and the optimizer state from (``run.resumed_optimizer`` says whether it
-    held the latter)."""
+    held the latter). A mesh with a ``pp`` dimension pipelines the model (``pipeline``: its
+    ``specc.parallel.pipeline.PipelineOptions``)."""
     check_config(cfg)
     if mesh is not None and cfg.batch % mesh["dp"].size():
         raise SpecError(f"--batch {cfg.batch} is not divisible by dp={mesh['dp'].size()}", hint="the global batch")
@@ -140,12 +148,24 @@ def setup(
         check_config(cfg)
         M.check_lengths(graph, {"encoder": cfg.max_len, "decoder": task.max_target_len(cfg.max_len) + 1})
         vocab = task.vocab
+    pipe = None
     if mesh is None:
         model = M.build(spec, device, weights)
     else:  # built on meta: each rank materializes its shards alone (specc.parallel.materialize)
         from ..parallel import materialize, parallelize
 
-        model = parallelize(M.build(spec, torch.device("meta")), mesh, init=weights is None and shards is None)
+        init = weights is None and shards is None
+        if "pp" in (mesh.mesh_dim_names or ()):
+            from ..parallel.pipeline import PipelineOptions, build_pipeline
+
+            opts = pipeline or PipelineOptions()
+            pp = mesh["pp"].size()
+            m = opts.micro_batches(cfg.batch // mesh["dp"].size(), pp)
+            pipe = build_pipeline(spec, graph, mesh, schedule=opts.schedule, virtual=opts.virtual, micro_batches=m,
+                                  init=init, build=lambda s, d: M.build(s, d))  # fmt: skip
+            model = pipe.root
+        else:
+            model = parallelize(M.build(spec, torch.device("meta")), mesh, init=init)
         if weights is not None:
             materialize.load_full(model, weights)
         elif shards is not None:
@@ -154,7 +174,7 @@ def setup(
             load_into(model, shards)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    run = Run(spec, graph, cfg, model, optimizer, vocab, device, task=task, text=text, mesh=mesh)
+    run = Run(spec, graph, cfg, model, optimizer, vocab, device, task=task, text=text, mesh=mesh, pipeline=pipe)
     if shards is not None:
         from ..parallel.checkpoint import load_optimizer
 
@@ -177,6 +197,10 @@ def train_step(run: Run) -> tuple[float, float]:
         src, src_mask, dec_in, labels = shard(b.src, b.src_mask, b.dec_in, b.labels)
         logits = M.seq2seq_logits(run.model, src.to(dev), src_mask.to(dev), dec_in.to(dev))
         labels, ignore = labels.to(dev), PAD
+    elif run.pipeline is not None:
+        assert run.text is not None
+        x, y = run.text.batch("train", cfg.batch, hi, gen)
+        return _pipeline_step(run, x, y)
     else:
         assert run.text is not None
         x, y = shard(*run.text.batch("train", cfg.batch, hi, gen))
@@ -204,6 +228,25 @@ def train_step(run: Run) -> tuple[float, float]:
     return value, acc
 
 
+def _pipeline_step(run: Run, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """One optimizer update through the pipeline: this replica's rows in micro-batches, the loss the global
+    batch's mean (as the single process computes it), clipping over every stage."""
+    cfg, ignore = run.cfg, -100
+    count = float((y != ignore).sum())  # the global batch's tokens, before the rows are split over dp
+    x, y = data_parallel.shard_rows(run.mesh, x, y)
+    run.optimizer.zero_grad(set_to_none=True)
+    value, acc = run.pipeline.train_step(x.to(run.device), y.to(run.device), ignore, count, run.mesh["dp"].size())
+    if not math.isfinite(value):
+        raise SpecError(f"loss became {value} at step {run.step}", hint="lower --lr")
+    if cfg.clip > 0:
+        run.pipeline.clip_grad_norm(cfg.clip)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr_at(run.step, cfg.lr, cfg.steps, run.warmup, cfg.schedule)
+    run.optimizer.step()
+    run.step += 1
+    return value, acc
+
+
 def evaluate(run: Run) -> dict[str, Any]:
     """One history record: greedy token / exact-sequence accuracy, or held-out LM loss and accuracy."""
     if run.task is not None:
@@ -217,7 +260,7 @@ def evaluate(run: Run) -> dict[str, Any]:
             "sequences_by_length": {str(n): count for n, (count, _) in by_len},
         }
     assert run.text is not None
-    lm = evaluate_lm(run.model, run.text, run.lengths[1], run.device, 8, min(run.cfg.batch, 64), run.cfg.seed)
+    lm = evaluate_lm(run.forward, run.text, run.lengths[1], run.device, 8, min(run.cfg.batch, 64), run.cfg.seed)
     return {"step": run.step, "val_loss": lm.loss, "token_acc": lm.token_acc, "bits_per_char": lm.bits_per_char}
 
 

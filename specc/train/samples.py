@@ -25,5 +25,5 @@ def lm_sample(run: Run, n: int) -> str:
     """Greedy continuation of the first characters of the held-out text."""
     assert run.text is not None
     prompt = run.text.val[: min(16, len(run.text.val))][None].to(run.device)
-    ids = greedy_lm(run.model, prompt, n, run.lengths[1])
+    ids = greedy_lm(run.forward, prompt, n, run.lengths[1])
     return run.vocab.decode(prompt[0].tolist(), sep="") + run.vocab.decode(ids[0].tolist(), sep="")

@@ -22,8 +22,8 @@ def default_device(name: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def new_run(spec: Any, cfg: TrainConfig, device: torch.device, mesh: Any = None) -> Run:
-    return setup(spec, cfg, device, mesh=mesh)
+def new_run(spec: Any, cfg: TrainConfig, device: torch.device, mesh: Any = None, pipeline: Any = None) -> Run:
+    return setup(spec, cfg, device, mesh=mesh, pipeline=pipeline)
 
 
 def resume_run(
@@ -33,6 +33,7 @@ def resume_run(
     spec: Any = None,
     mesh: Any = None,
     trust_pickle: bool = False,
+    pipeline: Any = None,
 ) -> Run:
     """Continue a checkpoint: its spec, task and settings, with ``overrides`` (flags given) on top; with a
     ``mesh``, parallelized over it (any layout: checkpoints hold the single-process layout; a distributed
@@ -64,7 +65,7 @@ def resume_run(
     cfg = replace(TrainConfig(**saved), **{k: v for k, v in overrides.items() if v is not None})
     weights, shards = (None, folder) if folder is not None else (ck.weights, None)
     vocab = C.vocab_of(ck)
-    run = setup(ck.spec, cfg, device, weights=weights, vocab=vocab, mesh=mesh, shards=shards)
+    run = setup(ck.spec, cfg, device, weights=weights, vocab=vocab, mesh=mesh, shards=shards, pipeline=pipeline)
     if run.vocab != vocab:
         raise SpecError("the checkpoint's vocabulary does not match its task", file=str(path))
     if ck.step >= cfg.steps:
@@ -74,7 +75,11 @@ def resume_run(
             hint=f"--steps {ck.step * 2}",
         )
     if ck.optimizer is not None and mesh is not None:
-        restore = C.check_optimizer(run.model, ck.optimizer, str(C.optimizer_path(path)))
+        moments = ck.optimizer
+        if run.pipeline is not None:  # this rank's stage: the moments of the parameters it holds
+            held = dict(run.model.named_parameters())
+            moments = {k: v for k, v in moments.items() if k.rsplit(".", 1)[0] in held}
+        restore = C.check_optimizer(run.model, moments, str(C.optimizer_path(path)))
         distributed.restore_full_optimizer(run.model, run.optimizer, restore)
         run.resumed_optimizer = True
     elif ck.optimizer is not None:
