@@ -105,3 +105,11 @@ def test_parse_sweep() -> None:
     assert parse_sweep("seq=100,200,...,450")[1] == [100, 200, 400, 450]  # neither fits: doubling, then the end
     with pytest.raises(SpecError):
         parse_sweep("seq=0,1")
+
+
+def test_compare_shows_mla_kv_cache_per_token(cli: Cli) -> None:
+    """DeepSeek-V3 keeps (512 + 64) bf16 values per token and layer (61 layers); Llama 3.1 8B 2 · 8 · 128 (32)."""
+    code, out, _ = cli("compare", "deepseek-v3", "llama3.1-8b", "--seq", "32768")
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith("kv_cache per token"))
+    assert row.split()[-4:] == ["70.27", "kB", "131.1", "kB"]  # 61·576·2 B and 32·2·8·128·2 B

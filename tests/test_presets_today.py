@@ -20,6 +20,7 @@ PUBLISHED = {
     "phi3-mini-4k": 3_821_079_552,
     "qwen3-8b": 8_190_735_360,
     "qwen3-30b-a3b": 30_532_122_624,
+    "deepseek-v3": 671_026_404_352,  # transformers builds no multi-token-prediction layer: DeepSeek's "671B"
     "gemma-7b": 8_537_680_896,
     "gemma2-9b": 9_241_705_984,
     "gemma3-1b": 999_885_952,
@@ -33,6 +34,14 @@ def test_qwen3_moe_active_count() -> None:
     p = analyze("qwen3-30b-a3b", crossover=False).params
     assert p.active == 3_353_032_704  # "3.3B activated": 8 of 128 experts + everything shared
     assert p.total - p.active == p.by_category["mlp"] * 120 // 128
+
+
+def test_deepseek_v3_active_count_and_latent_kv_cache() -> None:
+    r = analyze("deepseek-v3", seq=1000, crossover=False)
+    p = r.params
+    assert p.active == 37_552_283_088  # "37B activated": 8 of 256 routed experts + the shared one + attention
+    assert p.buffers == 58 * 256  # the selection-only score biases of the 58 MoE layers (buffers in transformers)
+    assert r.memory["kv_cache"] == 61 * 1000 * (512 + 64) * 2  # the latent and the rotary key, bf16
 
 
 @pytest.mark.parametrize(("preset", "count"), PUBLISHED.items())

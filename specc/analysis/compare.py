@@ -16,6 +16,13 @@ def _row(s: Section, label: str, values: list[int | float | None], human: Any = 
     s.add(label, *("-" if v is None else human(v) for v in values))
 
 
+def _per_token(r: Report) -> float | None:
+    """KV-cache bytes per cached token of one sequence (the cache at the analysed length / (B · length))."""
+    n = r.settings.kv_len
+    cache = r.memory.get("kv_cache")
+    return cache / (r.settings.batch * n) if n and cache else None
+
+
 def compare_sections(reports: list[Report]) -> list[Section]:
     names = [r.name for r in reports]
     p = Section("Parameters", ["", *names])
@@ -44,6 +51,8 @@ def compare_sections(reports: list[Report]) -> list[Section]:
         items += [k for k in r.memory if k not in items]
     for k in items:
         _row(m, k, [r.memory.get(k) for r in reports], fmt.nbytes)
+        if k == "kv_cache":  # what one more token of context costs to keep (MLA: its latent, not per-head K/V)
+            _row(m, "kv_cache per token", [_per_token(r) for r in reports], fmt.nbytes)
     sections = [p, f, m]
     if any(r.prefill for r in reports):
         t = Section("Roofline", ["", *names])

@@ -106,14 +106,20 @@ def _latent_lengths(a: LatentAttentionAttrs, ins: list[Dims], ctx: Ctx) -> tuple
 
 
 def latent_attention_flops(a: LatentAttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
-    """The torch layer's form: every key's latent expanded to its heads' [k_nope | v] by kv_b (while decoding,
-    the whole cache again each step), then attention with q/k heads of nope + rope and v heads of v_head_dim."""
+    """The torch layer's forms. A whole sequence: every key's latent expanded to its heads' [k_nope | v] by kv_b,
+    then attention with q/k heads of nope + rope and v heads of v_head_dim. A decoding step (``kv_len``): the
+    weight-absorbed form, kv_b's halves applied to the new queries (q_nope · W_ukᵀ) and outputs (y · W_uv) and
+    attention over the cached latent (q/k width kv_rank + rope, v width kv_rank)."""
     b, nq, nk = _latent_lengths(a, ins, ctx)
-    h, qk, v = a.heads, a.head_dim, a.v_head_dim
+    h, qk, v, r = a.heads, a.head_dim, a.v_head_dim, a.kv_rank
+    if ctx.kv_len is not None:
+        proj, qk, v = 2 * b * h * nq * r * (a.nope_head_dim + v), r + a.rope_head_dim, r
+    else:
+        proj = 2 * b * nk * r * h * (a.nope_head_dim + v)
     pairs = visible_pairs(a.mask, nq, nk, a.window, a.prefix, a.chunk)
     per_score = C.SOFTMAX + C.SCORE_SCALE
     parts = [
-        Flop("qkv_proj", matmul=2 * b * nk * a.kv_rank * h * (a.nope_head_dim + v)),
+        Flop("qkv_proj", matmul=proj),
         Flop("qk", matmul=2 * b * h * nq * nk * qk, matmul_useful=2 * b * h * pairs * qk),
         Flop("softmax", other=per_score * b * h * nq * nk, other_useful=per_score * b * h * pairs),
         Flop("av", matmul=2 * b * h * nq * nk * v, matmul_useful=2 * b * h * pairs * v),

@@ -217,7 +217,8 @@ class CrossAttention(AttentionCore):
 class LatentAttention(AttentionCore):
     """Multi-head latent attention (DeepSeek-V2/V3): q [B, N, H·(nope + rope)] and the KV latent [B, N, rank +
     rope] (normalised latent, then the one rotary key all heads share). ``kv_b`` expands the latent into each
-    head's [k_nope | v]; k = [k_nope | rotary key]. The KV cache holds the latent and the rotated key only."""
+    head's [k_nope | v]; k = [k_nope | rotary key]. The KV cache holds the latent and the rotated key only;
+    decoding steps (a cache with a past) run the weight-absorbed form (``absorbed``), which never re-expands it."""
 
     def __init__(self, heads: int, nope_head_dim: int, rope_head_dim: int, v_head_dim: int, kv_rank: int,
                  mask="causal", scale=None, window=None, prefix=None, rope: nn.Module | None = None, dropout=0.0,
@@ -233,14 +234,30 @@ class LatentAttention(AttentionCore):
         c, k_rot = latent.unsqueeze(1).split([self.rank, self.rope_dim], -1)  # [B, 1, N, rank], [B, 1, N, rope]
         if self.rope is not None:
             q_rot, k_rot = self.rope(q_rot, k_rot, state)
+        decoding = state is not None and state.cache is not None and state.offset > 0
         if state is not None and state.cache is not None:
             c, k_rot = state.cache.update(self, c, k_rot)
         t = c.shape[2]
+        m, causal = self.mask_for(n, t, attention_mask, state, q.device)
+        if decoding:  # weight-absorbed: attend over the cached latent itself, never re-expanding it
+            return self.absorbed(q_pass, q_rot, c, k_rot, m, causal)
         kv = self.kv_b(c).view(b, t, self.heads, self.nope + self.v_dim).transpose(1, 2)  # (B, H, T, nope + v)
         k_nope, v = kv.split([self.nope, self.v_dim], -1)
         k = torch.cat((k_nope, k_rot.expand(-1, self.heads, -1, -1)), -1)
-        m, causal = self.mask_for(n, t, attention_mask, state, q.device)
         return self.attend(torch.cat((q_pass, q_rot), -1), k, v, m, causal)
+
+    def absorbed(self, q_pass: Tensor, q_rot: Tensor, c: Tensor, k_rot: Tensor, m: Tensor | None, causal: bool):
+        """kv_b's K half folded into the query and its V half applied after: q_lat = q_nope · W_ukᵀ, attention
+        with one shared K/V head (K = [latent | rotary key], V = latent), then y · W_uv; the same function."""
+        w = self.kv_b.weight.view(self.heads, self.nope + self.v_dim, self.rank)
+        w_uk, w_uv = w.split([self.nope, self.v_dim], 1)  # (H, nope, rank), (H, v, rank)
+        q = torch.cat((torch.matmul(q_pass, w_uk), q_rot), -1)  # (B, H, N, rank + rope)
+        y = self.product(q, torch.cat((c, k_rot), -1), c, m, causal, self.dropout if self.training else 0.0)
+        return torch.matmul(y, w_uv.transpose(1, 2)).transpose(1, 2).flatten(2)  # (B, N, H·v)
+
+    def product(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
+        gqa = k.shape[1] != q.shape[1]  # the absorbed form's one K/V head
+        return F.scaled_dot_product_attention(q, k, v, mask, p, causal, scale=self.scale, enable_gqa=gqa)
 
     def extra_repr(self) -> str:
         return f"heads={self.heads}, nope={self.nope}, rope={self.rope_dim}, v={self.v_dim}, kv_rank={self.rank}" + (
