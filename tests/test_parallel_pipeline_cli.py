@@ -4,6 +4,7 @@ layouts that cannot run are one located line, exit 2, printed once."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -58,21 +59,61 @@ def test_pp2_interleaved_checkpoint_resumes_at_dp2_and_in_one_process_as_one_str
     assert len(out.split()) == 7 and out.split()[:3] == ["1", "2", "3"]
 
 
-def test_one_process_checkpoint_resumes_under_pp2_1f1b(cli, tmp_path: Path) -> None:
-    """A single-process .safetensors (with its Adam sidecar) resumed at pp=2: each stage takes its share."""
+def _report(stdout: str) -> dict[int, dict[str, tuple[float, float]]]:
+    """rank → item → (predicted, measured) from ``--report``'s table."""
+    from specc.parallel.report import ITEMS
+
+    lines = stdout[stdout.index("report, each cell predicted / measured") :].splitlines()[2:]
+    out = {}
+    for line in lines:
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) != 2 + len(ITEMS) or not cells[0].isdigit():
+            break
+        out[int(cells[0])] = {
+            k: tuple(_number(v) for v in c.split(" / ")) for k, c in zip(ITEMS, cells[2:], strict=True)
+        }
+    return out
+
+
+def _number(text: str) -> float:
+    text = text.strip()
+    for unit, scale in ((" MiB", 2**20), (" B", 1), (" ms", 1e-3), ("%", 1e-2)):
+        if text.endswith(unit):
+            return float(text.removesuffix(unit).replace(",", "")) * scale
+    return float("nan")  # –: not predicted without a device profile
+
+
+def test_one_process_checkpoint_resumes_under_pp2_gpipe_and_reports_prediction_beside_measurement(
+    cli, tmp_path: Path
+) -> None:
+    """A single-process .safetensors (with its Adam sidecar) resumed at pp=2: each stage takes its share and
+    ends where one process ends; --report's per-rank weights, gradients and Adam moments are the analyzer's
+    to the byte, its activations within 10%."""
     common = _common(tmp_path)
-    code, _, err = cli(
-        "train", "gpt2", *GPT, *common, "--steps", "2", "--device", "cpu", "-o", tmp_path / "a.safetensors"
-    )
+    first = tmp_path / "a.safetensors"
+    code, _, err = cli("train", "gpt2", *GPT, *common, "--steps", "2", "--device", "cpu", "-o", first)
     assert code == 0, err
     code, _, err = cli("train", "--resume", tmp_path / "a.safetensors", "--steps", "4", "--device", "cpu",
                        "-o", tmp_path / "b.safetensors")  # fmt: skip
     assert code == 0, err
     run = torchrun(2, "train", "--resume", tmp_path / "a.safetensors", "--steps", "4", "--parallel", "pp=2",
-                   "--pipeline-schedule", "1f1b", "-o", tmp_path / "pp")  # fmt: skip
+                   "--pipeline-schedule", "gpipe", "--report", "-o", tmp_path / "pp")  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     a, b = C.load(tmp_path / "b.safetensors", with_optimizer=True), C.load(tmp_path / "pp", with_optimizer=True)
     assert _diff(a.weights, b.weights) < 1e-5 and _diff(a.optimizer, b.optimizer) < 1e-5
+    report = _report(run.stdout)
+    assert sorted(report) == [0, 1], run.stdout[-3000:]
+    for rank, items in report.items():
+        for item in ("weights", "gradients", "optimizer_states"):
+            predicted, measured = items[item]
+            assert predicted == measured > 0, (rank, item)
+        predicted, measured = items["activations"]
+        assert measured == pytest.approx(predicted, rel=0.10), rank
+        assert items["peak"][1] >= sum(items[k][1] for k in ("weights", "gradients", "optimizer_states"))
+        assert items["bubble"][0] == pytest.approx(1 / 3, abs=1e-3)  # (pp - 1) / (M + pp - 1), M = 2
+        assert 0 <= items["bubble"][1] < 1 and items["step_time"][1] > 0
+    # the two stages hold different shares: the embedding and 2 blocks, 2 blocks, the norm and the table's copy
+    assert report[0]["weights"][1] != report[1]["weights"][1]
 
 
 def test_impossible_pipelines_exit_2_before_any_work(cli, write_spec, tmp_path: Path) -> None:
@@ -89,6 +130,8 @@ def test_impossible_pipelines_exit_2_before_any_work(cli, write_spec, tmp_path: 
         (["--micro-batch", "2"], "--micro-batch sets up pipeline stages"),
         (["--parallel", "pp=2", "--global-batch", "8"], "--batch 4 and --global-batch 8 disagree"),
         (["--parallel", "pp=2"], "needs 2 processes; torchrun is not running this process"),
+        (["--report"], "--report compares a parallel run with its prediction: it needs --parallel"),
+        (["--parallel", "pp=2", "--device-profile", "h100"], "--device-profile prices the --report's step time"),
     ]:  # fmt: skip
         code, _, err = cli("train", "gpt2", *GPT, *common, *extra, "-o", out)
         assert code == 2 and message in err and "Traceback" not in err, (extra, err)

@@ -99,6 +99,18 @@ def train(
     global_batch: Annotated[
         int | None, typer.Option(help="sequences per optimizer step over every replica (--batch by another name)")
     ] = None,
+    report: Annotated[
+        bool,
+        typer.Option(
+            "--report",
+            help="--parallel: per rank, the analyzer's prediction for the layout and schedule beside what the "
+            "last step measured (memory by item, peak, step time, bubble)",
+        ),
+    ] = False,
+    device_profile: Annotated[
+        str | None,
+        typer.Option(help="--report: a device (h100, ...) or a specc profile-device YAML to predict the step time"),
+    ] = None,
     trust_pickled_checkpoint: TrustPickleOpt = False,
     sets: SetOpt = None,
 ) -> None:
@@ -116,6 +128,14 @@ def train(
     _check_numbers(locals())
     layout = launch.parse_layout(parallel) if parallel is not None else None
     batch = _global_batch(batch, global_batch)
+    if (report or device_profile) and layout is None:
+        raise SpecError("--report compares a parallel run with its prediction: it needs --parallel")
+    if device_profile is not None and not report:
+        raise SpecError("--device-profile prices the --report's step time: add --report")
+    if device_profile is not None:
+        from ..analysis.devices import load_device
+
+        load_device(device_profile)  # a bad name or file is refused before any work
     opts = _pipeline_options(layout, pipeline_schedule, virtual_stages, micro_batch, output)
     if opts is not None and spec is not None and resume is None:  # the layout against the spec, before any work
         from ..ir.lower import lower
@@ -187,10 +207,16 @@ def train(
             f"{lengths}, vocabulary {len(run.vocab)}, batch {run.cfg.batch}, steps {run.step}→{run.cfg.steps}, {where}"
         )
         torch.set_grad_enabled(True)
+        if report:
+            from ..parallel.report import Measurement
+
+            run.measure = Measurement()
         reporter = RichReporter() if launch.rank() == 0 else None  # None: quiet
         last = run.cfg.steps  # the final checkpoint: once it is in place a signal no longer fails the run
         final = run_training(run, reporter, save=lambda r: save_run(r, output, r.step == last), save_every=save_every)
         _summary(run, final)
+        if report:
+            _report(run, device_profile)
     finally:
         launch.shutdown()
     out.print(f"wrote {output} (step {run.step})")
@@ -310,6 +336,21 @@ def _same(a: Path, b: Path) -> bool:
         return a.exists() and b.exists() and a.samefile(b)
     except OSError:
         return False
+
+
+def _report(run: Any, device_profile: str | None) -> None:
+    """Per rank, predicted / measured (``specc.parallel.report``); rank 0 prints every rank's row."""
+    from ..parallel import report as R
+
+    if run.measure is None or not run.measure.values:
+        raise SpecError("--report measures the run's last step: this run took none", hint="raise --steps")
+    measured = R.gather(run.measure.values)
+    predicted = R.predict(run, device_profile)
+    t = Table("rank", "stage", *R.ITEMS, box=None, pad_edge=False)
+    for cells in R.rows(predicted, measured, R.stage_of_rank(run.mesh)):
+        t.add_row(*cells)
+    out.print(f"report, each cell predicted / measured (the last step; peak: {run.measure.peak_how})")
+    out.print(t)
 
 
 def _summary(run: Any, final: dict[str, Any]) -> None:

@@ -65,6 +65,7 @@ class Run:
     mesh: Any = None  # a ("dp", "tp") or ("pp", "dp", "tp") DeviceMesh when the model is parallelized
     pipeline: Any = None  # specc.parallel.pipeline.Pipeline when pp > 1 (``model``: this rank's share)
     resumed_optimizer: bool = False  # the optimizer state came from the resumed checkpoint
+    measure: Any = None  # specc.parallel.report.Measurement: records the last step (train --report)
 
     @property
     def lengths(self) -> tuple[int, int]:
@@ -185,7 +186,15 @@ def setup(
 
 
 def train_step(run: Run) -> tuple[float, float]:
-    """One optimizer update; returns (loss, teacher-forced token accuracy) of its batch."""
+    """One optimizer update; returns (loss, teacher-forced token accuracy) of its batch. ``run.measure``:
+    the run's last step is measured (``specc.parallel.report``)."""
+    if run.measure is not None and run.step == run.cfg.steps - 1:
+        with run.measure.step(run):
+            return _train_step(run)
+    return _train_step(run)
+
+
+def _train_step(run: Run) -> tuple[float, float]:
     cfg, dev = run.cfg, run.device
     seed = step_seed(cfg.seed, run.step)
     gen = torch.Generator().manual_seed(seed)
