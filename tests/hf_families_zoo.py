@@ -271,6 +271,41 @@ FAMILY_CASES = [
         dict(hidden_size=48, n_layer=2, n_head=6, vocab_size=96, tie_word_embeddings=False),
     ),
     Case("mpt-alibi", "MptForCausalLM", dict(d_model=64, n_layers=2, n_heads=4, vocab_size=96, max_seq_len=64)),
+    Case(
+        "opt-pre",
+        "OPTForCausalLM",
+        dict(
+            hidden_size=64,
+            ffn_dim=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            vocab_size=96,
+            max_position_embeddings=64,
+            word_embed_proj_dim=64,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+        ),
+    ),
+    Case(
+        "opt-post",
+        "OPTForCausalLM",
+        dict(
+            hidden_size=64,
+            ffn_dim=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            vocab_size=96,
+            max_position_embeddings=64,
+            word_embed_proj_dim=64,
+            do_layer_norm_before=False,
+            enable_bias=False,
+            tie_word_embeddings=False,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+        ),
+    ),
 ]
 FAMILY_BY_ID = {c.id: c for c in FAMILY_CASES}
 

@@ -416,6 +416,79 @@ def bert(s: Any) -> dict[str, Any]:
     }
 
 
+def roberta(s: Any) -> dict[str, Any]:
+    """BERT's config with positions after the padding id: offset = pad_token_id + 1, counted by real tokens."""
+    p = s.position
+    need(p.offset >= 1 and bool(p.skip_padding), ("position",), "positions not after a padding row (RoBERTa's)")
+    need(s.head_activation == "gelu", ("head_activation",), "an MLM head activation other than gelu")
+    need(s.norm.type == "layernorm" and s.norm.placement == "post", ("norm",), "norms other than post-LayerNorm")
+    need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
+    need(s.type_vocab_size >= 1, ("type_vocab_size",), "no token-type table")
+    return {
+        "vocab_size": s.vocab_size,
+        "max_position_embeddings": s.context + p.offset,
+        "pad_token_id": p.offset - 1,
+        "type_vocab_size": s.type_vocab_size,
+        **_bert_sizes(s),
+        "tie_word_embeddings": s.tie_embeddings,
+    }
+
+
+def distilbert(s: Any) -> dict[str, Any]:
+    need(s.norm.type == "layernorm" and s.norm.placement == "post", ("norm",), "norms other than post-LayerNorm")
+    need(s.norm.eps == 1e-12, ("norm", "eps"), "a LayerNorm eps other than 1e-12")
+    need(s.position.type == "learned", ("position", "type"), f"{s.position.type} positions")
+    need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
+    need(s.type_vocab_size == 0, ("type_vocab_size",), "token types (DistilBERT has none)")
+    act = _act(s.mlp.activation, ("mlp", "activation"))
+    need(
+        s.head != "mlm" or s.head_activation == s.mlp.activation,
+        ("head_activation",),
+        "a head activation unlike the MLP's",
+    )
+    return {
+        "vocab_size": s.vocab_size,
+        "max_position_embeddings": s.context,
+        "dim": s.d_model,
+        "n_layers": s.blocks,
+        "n_heads": s.attention.heads,
+        "hidden_dim": s.mlp.hidden,
+        "activation": act,
+        "tie_word_embeddings": s.tie_embeddings,
+        "pad_token_id": 0,
+    }
+
+
+def opt(s: Any) -> dict[str, Any]:
+    pre = s.norm.placement == "pre"
+    need(s.norm.type == "layernorm" and s.norm.placement in ("pre", "post"), ("norm",), "norms other than LayerNorm")
+    need(_bias(s, "norm"), ("bias", "norm"), "LayerNorms without bias")
+    need(s.norm.eps == 1e-5, ("norm", "eps"), "a LayerNorm eps other than 1e-5")
+    need(s.position.type == "learned" and s.position.offset == 2, ("position",), "positions without OPT's 2 rows")
+    need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
+    need(s.parallel == "none" and s.embedding_scale is None, ("parallel",), "a parallel or scaled block")
+    _plain_attention(s)
+    a = s.attention
+    need(a.kv_heads in (None, a.heads), ("attention", "kv_heads"), "grouped-query attention")
+    need(a.head_dim in (None, s.d_model // a.heads), ("attention", "head_dim"), "a head_dim other than D / heads")
+    bias = _bias(s, "qkv")
+    need(_bias(s, "out") == bias == _bias(s, "mlp"), ("bias",), "biases on some projections only")
+    return {
+        "vocab_size": s.vocab_size,
+        "max_position_embeddings": s.context,
+        "hidden_size": s.d_model,
+        "word_embed_proj_dim": s.d_model,
+        "num_hidden_layers": s.blocks,
+        "num_attention_heads": a.heads,
+        "ffn_dim": s.mlp.hidden,
+        "activation_function": _act(s.mlp.activation, ("mlp", "activation")),
+        "do_layer_norm_before": pre,
+        "_remove_final_layer_norm": pre and not s.norm.final,
+        "enable_bias": bias,
+        "tie_word_embeddings": s.tie_embeddings,
+    }
+
+
 def _bert_sizes(s: Any) -> dict[str, Any]:
     """The sizes BERT and ViT configs name alike."""
     return {
@@ -653,6 +726,11 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "MptForCausalLM": ("mpt", mpt),
     "BertForMaskedLM": ("bert", bert),
     "BertModel": ("bert", bert),
+    "RobertaForMaskedLM": ("roberta", roberta),
+    "RobertaModel": ("roberta", roberta),
+    "DistilBertForMaskedLM": ("distilbert", distilbert),
+    "DistilBertModel": ("distilbert", distilbert),
+    "OPTForCausalLM": ("opt", opt),
     "ViTForImageClassification": ("vit", vit),
     "ViTModel": ("vit", vit),
     "BartForConditionalGeneration": ("bart", lambda s: bart(s, "BartForConditionalGeneration")),
@@ -691,8 +769,16 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "MptForCausalLM",
         "DeepseekV3ForCausalLM",
         "DeepseekV2ForCausalLM",
+        "OPTForCausalLM",
     ),
-    "encoder": ("BertForMaskedLM", "BertModel"),
+    "encoder": (
+        "BertForMaskedLM",
+        "BertModel",
+        "RobertaForMaskedLM",
+        "RobertaModel",
+        "DistilBertForMaskedLM",
+        "DistilBertModel",
+    ),
     "vit": ("ViTForImageClassification", "ViTModel"),
     "encoder_decoder": ("BartForConditionalGeneration", "MarianMTModel"),
 }
@@ -702,7 +788,7 @@ def config(s: Any, arch: str) -> dict[str, Any]:
     """The config.json of ``s`` as HF class ``arch`` (raises ``Inexpressible``)."""
     model_type, write = WRITERS[arch]
     if s.kind == "encoder":
-        head = {"BertForMaskedLM": "mlm", "BertModel": "pooled"}[arch]
+        head = "mlm" if arch.endswith("ForMaskedLM") else "none" if arch == "DistilBertModel" else "pooled"
         need(s.head == head, ("head",), f"a {s.head} head ({arch} has {head})")
     if s.kind == "vit":
         head = {"ViTForImageClassification": "classifier", "ViTModel": "pooled"}[arch]

@@ -132,14 +132,15 @@ _op(
 class LearnedPosAttrs(OpAttrs):
     positions: int
     dim: int
+    offset: int = 0  # table rows before position 0: position p reads row offset + p, a padded slot row offset - 1
 
 
 _op(
     "learned_pos",
-    "x + table[offset : offset+N] (offset = cached length during generation)",
+    "x + table[offset + position] (positions from the cached length, or counted along attention_mask)",
     LearnedPosAttrs,
     _same,
-    lambda a, s: {"weight": ParamSpec((a.positions, a.dim))},
+    lambda a, s: {"weight": ParamSpec((a.offset + a.positions, a.dim))},
 )
 
 

@@ -12,6 +12,7 @@ from .schema import (
     MAX_WIDTH,
     DecoderSpec,
     EncoderDecoderSpec,
+    EncoderSpec,
     MoEMLP,
     RNNSeq2SeqSpec,
     ViTSpec,
@@ -170,6 +171,34 @@ def position_rules(spec: _Transformer) -> Any:
         yield Violation(("position", "type"), f"sinusoidal_2d needs d_model divisible by 4, got {spec.d_model}")
     if p.type == "sinusoidal" and spec.d_model % 2:
         yield Violation(("position", "type"), f"sinusoidal positions need an even d_model, got {spec.d_model}")
+    yield from numbering_rules(spec)
+
+
+def numbering_rules(spec: _Transformer) -> Any:
+    """``position.offset`` and ``position.skip_padding``: where a learned table starts, how tokens are counted."""
+    p = spec.position
+    if p.offset and (p.type != "learned" or isinstance(spec, ViTSpec)):
+        yield Violation(
+            ("position", "offset"),
+            f"position.offset numbers the rows of a text model's learned table (type is {p.type})",
+            "set type: learned or remove offset",
+        )
+    if p.skip_padding is None:
+        return
+    if p.type not in ("learned", "sinusoidal", "rotary"):
+        yield Violation(("position", "skip_padding"), f"{p.type} positions have no token numbering to change")
+    elif isinstance(spec, DecoderSpec) and not p.skip_padding:
+        yield Violation(
+            ("position", "skip_padding"),
+            "a decoder always numbers positions by real tokens (as generate does with left padding)",
+            "remove skip_padding",
+        )
+    elif p.skip_padding and not isinstance(spec, (DecoderSpec, EncoderSpec)):
+        yield Violation(
+            ("position", "skip_padding"),
+            f"skip_padding is for encoders and decoders; kind {kind_name(spec)} numbers positions by index",
+            "remove skip_padding",
+        )
 
 
 def alibi_rules(spec: _Transformer) -> Any:

@@ -66,6 +66,18 @@ class Position(_Strict):
     scaled: SBool = Field(
         False, description="alibi: the bias is multiplied by the score scale too, (q·k + bias)·scale (Falcon-RW)"
     )
+    offset: SInt = Field(
+        0,
+        ge=0,
+        le=MAX_CONTEXT,
+        description="learned: table rows before position 0 (stored, never read by a real token; a padded one reads "
+        "the row just before): OPT and BART 2, RoBERTa pad_token_id + 1",
+    )
+    skip_padding: SBool | None = Field(
+        None,
+        description="number positions by real tokens, cumsum(attention_mask) - 1 (RoBERTa, OPT), not by index; "
+        "default: true for decoders (left padding), false for encoders",
+    )
 
 
 PositionField = Annotated[Position, BeforeValidator(_typed_shortcut, json_schema_input_type=Union[str, Position])]

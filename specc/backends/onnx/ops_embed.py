@@ -7,7 +7,7 @@ import numpy as np
 from ...ir.graph import Op
 from .builder import GraphBuilder
 from .op_registry import emits
-from .positions import position_ids
+from .positions import new_tokens_mask, position_ids
 from .tables import sinusoid_2d, sinusoid_rows
 
 
@@ -30,7 +30,14 @@ def make_type_embedding(b: GraphBuilder, op: Op, xs: list[str]) -> str:
 @emits("learned_pos")
 def make_learned_pos(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     # table rows at this call's position ids [B or 1, N] (past length + arange, or following attention_mask)
-    rows = b.op("Gather", [b.param(f"{op.name}.weight"), position_ids(b, xs[0], op.stack)], scope=op.name, axis=0)
+    ids = position_ids(b, xs[0], op.stack)
+    offset = int(op.attrs.offset)
+    if offset:  # rows before position 0; a padded slot reads row offset - 1 (HF: cumsum(mask) * mask - 1 + offset)
+        ids = b.op("Add", [ids, b.scalar_i64(offset)], scope=op.name)
+        real = new_tokens_mask(b, xs[0], op.stack)
+        if real:
+            ids = b.op("Where", [real, ids, b.scalar_i64(offset - 1)], scope=op.name)
+    rows = b.op("Gather", [b.param(f"{op.name}.weight"), ids], scope=op.name, axis=0)
     return b.op("Add", [xs[0], rows], scope=op.name)
 
 

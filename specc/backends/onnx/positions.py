@@ -9,6 +9,7 @@ Which positions (as HF counts them, so that a left-padded batch equals each row 
   decoder exports do) that overrides them; negative entries (the default, ``[[-1]]``) mean "derive". Without
   ``attention_mask`` (exported with ``padding_mask=False``, or no position_ids fed to such a model): past length
   + arange(N).
+- An encoder whose lowering set ``positions_follow`` (``position.skip_padding``: RoBERTa) likewise.
 - Every other stack (encoders, the decoder of encoder-decoder models): past length + arange(N). HF's BERT,
   BART and Marian count positions by index, and ``decoder_input_ids`` are never left-padded.
 
@@ -45,7 +46,9 @@ class PositionPlan:
 
 def plan(g: LayerGraph) -> PositionPlan | None:
     """The logits stack, when lowering says its positions follow a padding-mask graph input."""
-    head, mask = g.outputs.get("logits"), g.meta.get("positions_follow")
+    # the logits stack (an encoder without a head: its hidden states' stack)
+    head = g.outputs.get("logits") or g.outputs.get("last_hidden_state")
+    mask = g.meta.get("positions_follow")
     if head is None or mask is None or mask not in g.inputs:
         return None
     stack = g.op(head).stack
@@ -91,6 +94,19 @@ def mask_positions(b: GraphBuilder, mask: str) -> str:
         pos = b.op("Sub", [count, b.scalar_i64(1)], scope="positions")
         keep = b.op("Cast", [mask], scope="positions", to=TensorProto.BOOL)
         b.memo[key] = b.op("Where", [keep, pos, b.scalar_i64(1)], scope="positions")
+    return b.memo[key]
+
+
+def new_tokens_mask(b: GraphBuilder, x: str, stack: str | None) -> str:
+    """bool [B, N]: which of the N new tokens of ``x`` are real, when the stack's positions follow a mask ("")."""
+    mask = follows_mask(b, stack)
+    if not mask:
+        return ""
+    key = ("new_tokens_mask", stack)
+    if key not in b.memo:
+        new = b.op("Neg", [b.dim(x, 1)], scope="positions")
+        part = b.op("Slice", [mask, new, b.i64(INT64_MAX), b.i64(1)], scope="positions")
+        b.memo[key] = b.op("Cast", [part], scope="positions", to=TensorProto.BOOL)
     return b.memo[key]
 
 

@@ -82,10 +82,17 @@ def embed_tail(c: Context, x: str, prefix: str, positions: int | None) -> str:
     s, g = c.spec, c.g
     pos = s.position.type
     if pos == "learned" and positions is not None:
-        x = g.add("learned_pos", f"{prefix}pos", [x], "pos", stack=c.stack, positions=positions, dim=c.d)
+        x = g.add(
+            "learned_pos", f"{prefix}pos", [x], "pos", stack=c.stack, positions=positions, dim=c.d, **pos_offset(s)
+        )
     elif pos == "sinusoidal":
         x = g.add("sinusoidal_pos", f"{prefix}pos", [x], "pos", stack=c.stack, dim=c.d)
     return embed_norm_dropout(c, x, prefix)
+
+
+def pos_offset(s: Any) -> dict[str, int]:
+    """A learned table's leading rows (the attribute only when there are some, as older graphs had none)."""
+    return {"offset": s.position.offset} if s.position.offset else {}
 
 
 def embed_norm_dropout(c: Context, x: str, prefix: str) -> str:

@@ -6,20 +6,23 @@ from ...spec import resolve
 from ...spec.schema import EncoderSpec
 from ..graph import LayerGraph
 from .blocks import stack
-from .context import Context, embed_norm_dropout, graph_meta, head, linear, pooler, text_facts
+from .context import Context, embed_norm_dropout, graph_meta, head, linear, pooler, pos_offset, text_facts
 
 
 def lower_encoder(s: EncoderSpec) -> LayerGraph:
     task = {"mlm": "masked_lm", "pooled": "pooled_encoder", "none": "encoder"}[s.head]
+    follow = {"positions_follow": "attention_mask"} if s.position.skip_padding else {}
     g = LayerGraph(
-        meta=graph_meta(s, "encoder", task, s.blocks, **text_facts(s), type_vocab_size=s.type_vocab_size or None)
+        meta=graph_meta(
+            s, "encoder", task, s.blocks, **text_facts(s), type_vocab_size=s.type_vocab_size or None, **follow
+        )
     )
     ids = g.add_input("input_ids", ("B", "N"), "int64")
     pad = g.add_input("attention_mask", ("B", "N"), "int64", optional=True)
     c = Context(g, s, None, pad)
     x = g.add("embedding", "embed", [ids], "embed", vocab=s.vocab_size, dim=s.d_model, scale=resolve.embedding_scale(s))
     if s.position.type == "learned":
-        x = g.add("learned_pos", "pos", [x], "pos", positions=s.context, dim=s.d_model)
+        x = g.add("learned_pos", "pos", [x], "pos", positions=s.context, dim=s.d_model, **pos_offset(s))
     elif s.position.type == "sinusoidal":
         x = g.add("sinusoidal_pos", "pos", [x], "pos", dim=s.d_model)
     if s.type_vocab_size:

@@ -138,6 +138,8 @@ class Program:
             self.vocab = a.vocab
             self._emit("embed", op.name, width, (), last, w=w, scale=float(a.scale))
         elif kind == "learned_pos":
+            if a.offset:  # rows before position 0 and padded slots reading one of them: the eager step
+                raise Unsupported(f"{op.name}: a position table with {a.offset} leading rows")
             w = self._param(m, f"{op.name}.weight", (a.positions, width))
             self.positions = min(self.positions, a.positions)
             self._emit("position", op.name, width, op.inputs, last, w=w, k=a.positions)

@@ -121,7 +121,12 @@ def _with_state(op: Op, c: Call) -> str:
 _emits(
     "learned_pos",
     call=_with_state,
-    ctor=lambda op, a: f"LearnedPositions({a('positions')}, {a('dim')})",
+    # a table with rows before position 0 (OPT, RoBERTa) is its own class, so GPT-2's model.py stays plain
+    ctor=lambda op, a: (
+        f"OffsetPositions({a('positions')}, {a('dim')}, {a('offset')})"
+        if op.attrs.offset
+        else f"LearnedPositions({a('positions')}, {a('dim')})"
+    ),
     state=lambda op: True,
 )
 _emits(

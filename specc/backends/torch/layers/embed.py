@@ -30,6 +30,25 @@ class LearnedPositions(nn.Embedding):
         return x + super().forward((state or State()).positions(x.shape[1], x.device))
 
 
+class OffsetPositions(nn.Embedding):
+    """x + table[offset + position]: OPT and RoBERTa store ``offset`` rows before position 0; with a padding mask
+    a padded slot reads row offset - 1 (HF: cumsum(mask) · mask - 1 + offset)."""
+
+    def __init__(self, positions: int, dim: int, offset: int):
+        super().__init__(offset + positions, dim)
+        self.offset = offset
+
+    def forward(self, x: Tensor, state: State | None = None) -> Tensor:  # type: ignore[override]
+        state = state or State()
+        pos, mask = state.positions(x.shape[1], x.device), state.positions_from
+        if mask is not None:
+            pos = pos.masked_fill(mask[:, -x.shape[1] :] == 0, -1)
+        return x + super().forward(pos + self.offset)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, offset={self.offset}"
+
+
 class SinusoidalPositions(nn.Module):
     """x + the fixed sin/cos table at each token's position."""
 
