@@ -49,13 +49,14 @@ def export_onnx(spec: Any, path: Any, weights: Any = None, **options: Any) -> An
     return impl(spec, path, weights=weights, **options)
 
 
-def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init: bool = True) -> Any:
+def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init: bool = True, ep: int = 1) -> Any:
     """Split a built model over a ``DeviceMesh`` with dimensions ``dp`` and/or ``tp``: tensor parallelism
-    from the layer graph's plan, FSDP2 per block over ``dp`` (see ``specc.parallel``). A model built on the
-    meta device is split there and each rank materializes only its shards (seeded init, or none: ``init``)."""
+    from the layer graph's plan, FSDP2 per block over ``dp``, MoE experts sharded over the ``dp`` ranks with
+    all-to-all dispatch (``ep`` = dp; see ``specc.parallel``). A model built on the meta device is split there
+    and each rank materializes only its shards (seeded init, or none: ``init``)."""
     from .parallel import parallelize as impl
 
-    return impl(model, mesh, sequence_parallel=sequence_parallel, init=init)
+    return impl(model, mesh, sequence_parallel=sequence_parallel, init=init, ep=ep)
 
 
 def analyze(spec: Any, batch: int = 1, seq: int | None = None, dtype: str | None = None, **options: Any) -> Any:

@@ -86,7 +86,7 @@ def _full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     out = {}
     for name, p in model.named_parameters():
         g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
-        out[name] = g[torch.argsort(packed[name])] if name in packed else g
+        out[name] = g[torch.argsort(packed[name])] if name in packed and g is not None else g
     return out
 
 

@@ -18,14 +18,16 @@ __all__ = ["Rule", "check_tensor_parallel", "local_params", "parallelize", "tens
 DIMS = ("dp", "tp")
 
 
-def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init: bool = True) -> Any:
+def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init: bool = True, ep: int = 1) -> Any:
     """``model`` (from ``build_torch``) split over ``mesh``, in place, and returned.
 
     ``mesh``: a ``DeviceMesh`` with dimensions named ``dp`` and/or ``tp``. ``tp``: the tensor-parallel plan of
     ``model.graph`` (``specc.parallel.plan``) applied with ``parallelize_module``; ``dp``: ``fully_shard`` per
     block and at the root. The forward takes the same inputs on every rank of a ``tp`` group and returns the
     full logits there; ``dp`` ranks take different batches. ``sequence_parallel``: between blocks the residual
-    stream is split by positions over ``tp`` too (``specc.parallel.sequence``; whole sequences only).
+    stream is split by positions over ``tp`` too (``specc.parallel.sequence``; whole sequences only). ``ep``:
+    the experts of every MoE layer sharded over the ``dp`` ranks, tokens dispatched to them by all-to-all
+    (``specc.parallel.experts``; 1 or the dp size).
 
     A model larger than one device: build it on the meta device (``build_torch(spec, device="meta")``); it
     is split there and each rank then allocates only its shards (``specc.parallel.materialize``), filled with
@@ -48,6 +50,8 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init:
     for flag, value in (("sequence_parallel", sequence_parallel), ("init", init)):
         if not isinstance(value, bool):
             raise SpecError(f"{flag} must be True or False, not {value!r}")
+    if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+        raise SpecError(f"ep must be a positive integer, not {ep!r}")
     names = tuple(mesh.mesh_dim_names or ())
     if not names or any(n not in DIMS for n in names) or len(set(names)) != len(names):
         raise SpecError(
@@ -71,10 +75,14 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init:
     dp = mesh["dp"] if "dp" in names else None
     if sequence_parallel and (tp is None or tp.size() == 1):
         raise SpecError("sequence_parallel=True splits positions over tp: the mesh needs a tp dimension > 1")
+    from .experts import apply_expert_parallel, check_expert_parallel
+
+    check_expert_parallel(graph, ep, dp.size() if dp is not None else 1, tp.size() if tp is not None else 1)
     if tp is not None and tp.size() > 1:
         apply_tensor_parallel(model, graph, tp, sequence=sequence_parallel)
+    experts = apply_expert_parallel(model, graph, dp) if ep > 1 and dp is not None else set()
     if dp is not None and dp.size() > 1:
-        apply_fsdp(model, graph, dp)
+        apply_fsdp(model, graph, dp, experts)
     model.mesh = mesh
     if meta:
         materialize(model, init)

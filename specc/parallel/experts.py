@@ -1,0 +1,178 @@
+"""Expert parallelism: the experts of every MoE layer sharded over the data-parallel ranks (ep = dp), tokens
+dispatched to the rank that holds their expert and combined back by all-to-all (``all_to_all_single`` with
+split sizes).
+
+- Layout: rank r of the ``dp`` mesh holds experts ``[r·E/ep, (r+1)·E/ep)`` of each expert tensor (``w_*``,
+  ``b_*``: a DTensor ``Shard(0)`` on the dp mesh, so state dicts, checkpoints and ``full_tensor()`` give the
+  single-process ``[E, ...]`` tensors). Routers (their linears, a ``score_bias``) and everything else stay
+  data-parallel (FSDP2); FSDP2 leaves the expert tensors alone (``ignored_params``). ``ep`` must be 1 or dp:
+  experts replicated over dp/ep groups (1 < ep < dp) and experts split over tp as well are refused.
+- Routing is the module's own (``MoE.select``: top-k softmax, normalized, sigmoid, group-limited, biased);
+  dispatch takes only its (indices, weights), so any router runs under it.
+- Capacity: none. Every (token, expert) assignment is sent, whatever the load; no token is dropped, and the
+  buffers are as large as the routing makes them (a rank may receive up to T·A·ep rows).
+- Gradients: a rank's expert weights receive the gradients of every rank's tokens (through the all-to-all's
+  backward); they are scaled by 1/dp so they match what FSDP2's mean over dp gives the other parameters.
+- Load-balancing loss: computed from the global statistics (assignment fractions and mean probabilities
+  summed over the dp ranks), so it, and its gradient, equal the single-process loss of the whole batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+import torch.distributed.nn.functional as dist_fn
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+from ..backends.torch.layers.moe import MoE
+from ..errors import SpecError
+from ..ir.graph import LayerGraph
+
+
+def expert_tensors(op_params: Any) -> list[str]:
+    """The names of a ``moe`` op's per-expert tensors ([E, ...] weights and biases; not the router's)."""
+    return [name for name in op_params if name.startswith(("w_", "b_"))]
+
+
+def check_expert_parallel(graph: LayerGraph, ep: int, dp: int, tp: int = 1) -> None:
+    """Refuse an ``ep`` this runtime cannot run, before any work: no MoE layer, ep ≠ 1 and ≠ dp, ep with tp,
+    or experts that ep does not divide."""
+    if ep == 1:
+        return
+    name = graph.meta.get("name", "the model")
+    moes = [op for op in graph.ops() if op.kind == "moe"]
+    if not moes:
+        raise SpecError(f"{name} has no MoE layer: ep={ep} has no experts to shard", hint="ep=1")
+    if ep != dp:
+        raise SpecError(
+            f"ep={ep} with dp={dp}: experts are sharded over the data-parallel ranks, so ep must equal dp "
+            "(experts replicated over groups of dp/ep ranks are not run)",
+            hint=f"ep={dp} (or ep=1)",
+        )
+    if tp > 1:
+        raise SpecError(
+            f"ep={ep} with tp={tp}: expert parallelism is not composed with tensor parallelism", hint="tp=1"
+        )
+    for op in moes:
+        if op.attrs["experts"] % ep:
+            raise SpecError(
+                f"{name}: {op.name} has {op.attrs['experts']} experts, not divisible by ep={ep}",
+                hint="an ep that divides the experts",
+            )
+
+
+def apply_expert_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh) -> set[nn.Parameter]:
+    """Shard the experts of every MoE layer over the 1-D ``mesh`` (dp) in place; the expert parameters (for
+    FSDP2 to leave alone)."""
+    sharded: set[nn.Parameter] = set()
+    for op in graph.ops():
+        if op.kind != "moe":
+            continue
+        module = model.get_submodule(op.name)
+        assert isinstance(module, MoE)
+        names = expert_tensors(op.params)
+        for local in names:
+            param = getattr(module, local)
+            split = distribute_tensor(param.data, mesh, [Shard(0)], src_data_rank=None if param.is_meta else 0)
+            new = nn.Parameter(split, requires_grad=param.requires_grad)
+            module.register_parameter(local, new)
+            sharded.add(new)
+        module.__class__ = ExpertParallelMoE
+        module.ep_mesh, module.ep_names = mesh, names
+    return sharded
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """x in forward; its gradient times ``scale`` in backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, scale: float) -> Tensor:
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        return grad * ctx.scale, None
+
+
+def dispatch_combine(tokens: Tensor, chosen: Tensor, weights: Tensor, experts: int, group: Any, run: Any) -> Tensor:
+    """Σ_a weights[t, a] · expert_{chosen[t, a]}(tokens[t]) with the experts sharded over ``group``'s ranks
+    (rank d holds experts [d·E/n, (d+1)·E/n)): each (token, expert) row goes to its expert's rank by
+    all-to-all, ``run(rows, sizes)`` applies the local experts to rows grouped by local expert, and the
+    results come back by the reverse all-to-all. ``chosen``/``weights``: [T, A] from any router."""
+    n = dist.get_world_size(group)
+    per = experts // n
+    flat = chosen.reshape(-1)
+    order = flat.argsort(stable=True)  # rows by expert, so by destination rank
+    token_of = order // chosen.shape[1]
+    rows = tokens[token_of]
+    counts = torch.bincount(flat, minlength=experts)
+    received_counts = torch.empty_like(counts)
+    dist.all_to_all_single(received_counts, counts, group=group)  # [source rank, local expert]
+    send = counts.view(n, per).sum(1).tolist()
+    recv = received_counts.view(n, per).sum(1).tolist()
+    arrived = funcol.all_to_all_single_autograd(rows, recv, send, group)
+    local_of = torch.arange(per, device=counts.device).repeat(n).repeat_interleave(received_counts)
+    regroup = local_of.argsort(stable=True)  # rows by local expert, whichever rank sent them
+    done = run(arrived[regroup], received_counts.view(n, per).sum(0).tolist())
+    done = done[torch.argsort(regroup)]  # back in arrival order
+    returned = funcol.all_to_all_single_autograd(done, send, recv, group)
+    out = returned * weights.reshape(-1)[order, None]
+    return torch.zeros_like(tokens).index_add_(0, token_of, out)
+
+
+class ExpertParallelMoE(MoE):
+    """``MoE`` whose expert tensors are this rank's shard (``Shard(0)`` on ``ep_mesh``)."""
+
+    ep_mesh: DeviceMesh
+    ep_names: list[str]
+
+    def forward(self, x: Tensor, router_logits: Tensor) -> Tensor:
+        group = self.ep_mesh.get_group()
+        n = self.ep_mesh.size()
+        tokens = x.reshape(-1, self.dim)
+        weights, chosen, probs = self.select(router_logits)
+        self._balance(chosen, probs, group)
+        local = {}
+        for name in self.ep_names:  # this rank's experts, their gradients scaled as FSDP2's mean over dp
+            param = self._parameters[name]
+            assert isinstance(param, DTensor)
+            local[name] = _ScaleGrad.apply(param.to_local(), 1.0 / n)
+        self.__dict__.update(local)  # instance attributes shadow the parameters for expert()
+        try:
+            out = dispatch_combine(tokens, chosen, weights.to(x.dtype), self.experts, group, self._run)
+        finally:
+            for name in self.ep_names:
+                self.__dict__.pop(name, None)
+        # every local expert tensor joins the graph, also when no token chose it: the same gradients on every
+        # rank (clipping and the optimizer run collectives over them)
+        out = out + sum(t.reshape(-1)[:1].sum() for t in local.values()) * 0.0
+        return out.reshape(x.shape)
+
+    def _run(self, rows: Tensor, sizes: list[int]) -> Tensor:
+        out = torch.empty_like(rows)
+        start = 0
+        for e, count in enumerate(sizes):
+            if count:
+                out[start : start + count] = self.expert(e, rows[start : start + count])
+                start += count
+        return out
+
+    def _balance(self, chosen: Tensor, probs: Tensor, group: Any) -> None:
+        """The load-balancing loss of the whole batch (every dp rank's tokens): coef · E · Σ_e f_e · P_e."""
+        if not (self.training and self.aux_loss_coef):
+            self.aux_loss = None
+            return
+        counts = F.one_hot(chosen, self.experts).float().sum((0, 1))
+        stats = torch.cat([counts, counts.new_tensor([chosen.shape[0]])])
+        dist.all_reduce(stats, group=group)
+        tokens = stats[-1]
+        routed = stats[:-1] / (tokens * self.active)  # f_e
+        mean_probs = dist_fn.all_reduce(probs.sum(0), group=group) / tokens  # P_e (gradients summed back)
+        self.aux_loss = self.aux_loss_coef * self.experts * (routed * mean_probs).sum()

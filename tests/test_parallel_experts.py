@@ -1,0 +1,157 @@
+"""Expert parallelism on CPU with gloo, 2 processes: dp=2 × ep=2 (the experts of every MoE layer split over the
+data-parallel ranks, tokens dispatched and combined by all-to-all) equals the single-process MoE for each
+routing kind: the seeded weights, the logits, the gradients and two clipped AdamW steps; the state dicts
+hold the single-process [E, ...] tensors, and each rank holds the parameter bytes the analyzer predicts.
+Refused layouts are one located error before any work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from test_parallel_torch import _full_grads, _max_diff, _whole, spawn
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
+
+TINY = ["blocks=2", "d_model=32", "attention.heads=4", "attention.kv_heads=2", "vocab_size=64", "context=16"]
+TINY += ["dtype=fp32", "mlp.experts=4", "mlp.hidden=24", "mlp.router.jitter=0"]
+ROUTING = {  # routing kinds: top-2 softmax renormalised (+ aux loss); a Qwen2-MoE shared expert with a sigmoid
+    # gate, top-1 softmax not renormalised; DeepSeek-style sigmoid scores, groups, a selection bias and a scale
+    "top2": [*TINY, "mlp.router.aux_loss_coef=0.02"],
+    "shared": [*TINY, "mlp.active=1", "mlp.router.normalize=false", "mlp.shared.hidden=16", "mlp.shared.gate=sigmoid"],
+    "sigmoid": [*TINY, "mlp.router.score=sigmoid", "mlp.router.score_bias=true", "mlp.router.groups=2",
+                "mlp.router.top_groups=1", "mlp.router.scale=2.5", "mlp.router.aux_loss_coef=0"],
+}  # fmt: skip
+
+
+def _spec(kind: str, *more: str) -> Any:
+    from specc.spec.loader import load_spec
+
+    return load_spec("mixtral-8x7b", overrides=[*ROUTING[kind], *more])
+
+
+def _loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    logits = model(ids[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+    aux = model.aux_loss()
+    return loss if aux is None else loss + aux
+
+
+def ep_cases() -> dict[str, dict[str, Any]]:
+    return {kind: ep_case(kind) for kind in ROUTING}
+
+
+def ep_case(kind: str) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    import specc
+
+    spec = _spec(kind)
+    ref = specc.build_torch(spec).train()
+    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("dp",))
+    model = specc.parallelize(specc.build_torch(spec, device="meta"), mesh, ep=2).train()  # each rank its shards
+    r = mesh["dp"].get_local_rank()
+    out: dict[str, Any] = {"init": _max_diff(_whole(model.state_dict()), ref.state_dict())}
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    out["full_state_dict"] = _max_diff(full, ref.state_dict())
+    experts = {n: p for n, p in model.named_parameters() if ".experts.w_" in n}
+    out["expert_rows"] = sorted({p.to_local().shape[0] for p in experts.values()})
+    out["expert_placements"] = sorted({str(p.placements) for p in experts.values()})
+    out["bytes"] = sum(p.to_local().numel() * p.element_size() for p in model.parameters() if isinstance(p, DTensor))
+    out["all_dtensors"] = all(isinstance(p, DTensor) for p in model.parameters())
+    ids = torch.randint(0, 64, (4, 9), generator=torch.Generator().manual_seed(3))
+    mine = ids[r * 2 : (r + 1) * 2]  # this rank's rows of the global batch
+    with torch.no_grad():
+        want = ref.eval()(ids[:, :-1])[r * 2 : (r + 1) * 2]
+        out["logits"] = float((model.eval()(mine[:, :-1]) - want).abs().max())
+    ref.train(), model.train()
+    steps = []
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (ref, model)]
+    for step in range(2):
+        for m, opt in zip((ref, model), opts, strict=True):
+            opt.zero_grad()
+            _loss(m, ids if m is ref else mine).backward()
+        if step == 0:
+            want = {n: p.grad for n, p in ref.named_parameters() if p.grad is not None}  # score_bias: none
+            got = _full_grads(model)
+            out["no_grad"] = sorted(n for n, g in got.items() if g is None) == sorted(set(got) - set(want))
+            out["grads"] = _max_diff({n: got[n] for n in want}, want)
+            out["aux"] = None if ref.aux_loss() is None else float((ref.aux_loss() - model.aux_loss()).abs())
+        for m, opt in zip((ref, model), opts, strict=True):
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+            opt.step()
+        steps.append(_max_diff(_whole(model.state_dict()), ref.state_dict()))
+    out["steps"] = steps
+    return out
+
+
+@pytest.fixture(scope="module")
+def ranks() -> list[dict[str, Any]]:
+    return spawn(2, ep_cases)
+
+
+@pytest.mark.parametrize("kind", list(ROUTING))
+def test_dp2_ep2_equals_the_single_process_moe(ranks: list[dict[str, Any]], kind: str) -> None:
+    for rank, res in enumerate(r[kind] for r in ranks):
+        where = (kind, rank, res)
+        assert res["init"] == 0.0 and res["full_state_dict"] == 0.0, where  # state dicts: single-process tensors
+        assert res["expert_rows"] == [2] and res["expert_placements"] == ["(Shard(dim=0),)"], where  # 2 of 4
+        assert res["all_dtensors"], where
+        assert res["logits"] < 1e-5, where
+        assert res["grads"] < 1e-5 and res["no_grad"], where
+        if res["aux"] is not None:  # the load-balancing loss of the whole batch, on every rank
+            assert res["aux"] < 1e-6, where
+        assert max(res["steps"]) < 1e-5, where
+
+
+def test_each_rank_holds_the_parameter_bytes_the_analyzer_predicts(ranks: list[dict[str, Any]]) -> None:
+    """FSDP2 over dp (ZeRO-3) for the dense parameters, the experts split over ep: the analyzer's weights per
+    device. The analyzer divides the dense bytes evenly; FSDP2 splits each tensor by rows (torch.chunk), so a
+    tensor of one row (the shared expert's sigmoid gate, [1, D]) stays whole on rank 0: that alone differs."""
+    import specc
+    from specc.analysis.parallel.device_memory import model_states
+    from specc.analysis.parallel.shard import weights_per_stage
+
+    for kind in ROUTING:
+        graph = specc.lower(_spec(kind))
+        ((dense, expert),) = weights_per_stage(graph, ep=2)
+        predicted = model_states(dense, expert, 4, zero=3, n_dense=2, n_expert=1)["weights"]
+        assert expert and dense  # both kinds of parameters are there to count
+        odd = [p for p in graph.params().values() if p.shape[0] % 2]  # rows FSDP2 cannot halve
+        assert (kind == "shared") == bool(odd) and all(p.shape[0] == 1 for p in odd), kind
+        lean = sum(4 * p.shape[1] // 2 for p in odd)  # half a row each, held by rank 0 instead of rank 1
+        for rank, res in enumerate(r[kind] for r in ranks):
+            assert res["bytes"] == predicted + (lean if rank == 0 else -lean), (kind, rank, res["bytes"], predicted)
+
+
+def test_layouts_expert_parallelism_cannot_run_are_refused_before_any_work() -> None:
+    import specc
+    from specc.errors import SpecError
+    from specc.parallel.experts import check_expert_parallel
+
+    moe = specc.lower(_spec("top2"))
+    check_expert_parallel(moe, 2, 2)
+    for args, message in (
+        ((moe, 2, 4), r"ep=2 with dp=4: experts are sharded over the data-parallel ranks, so ep must equal dp"),
+        ((moe, 2, 2, 2), r"ep=2 with tp=2: expert parallelism is not composed with tensor parallelism"),
+        ((specc.lower(_spec("top2", "mlp.experts=6")), 4, 4), r"has 6 experts, not divisible by ep=4"),
+        ((specc.lower(specc.load_spec("gpt2", ["blocks=1"])), 2, 2), r"has no MoE layer: ep=2 has no experts"),
+    ):
+        with pytest.raises(SpecError, match=message):
+            check_expert_parallel(*args)
+    with pytest.raises(SpecError, match="ep must be a positive integer, not 0"):
+        specc.parallelize(specc.build_torch(_spec("top2")), _Mesh(), ep=0)
+
+
+class _Mesh:  # parallelize checks its arguments before it touches a process group
+    mesh_dim_names = ("dp",)
+
+    def __getitem__(self, name: str) -> Any:
+        return self
+
+    def size(self) -> int:
+        return 2
