@@ -30,6 +30,8 @@ _FIELDS = {
 
 
 def _has(feature: str) -> bool:
+    if feature == "sinks":
+        return "sinks" in schema.Attention.model_fields
     if feature == "alibi":
         return "max_bias" in schema.Position.model_fields
     if feature == "rope_import":  # RoPE variants and partial rotary read from config.json
@@ -270,6 +272,29 @@ FAMILY_CASES = [
         "BloomForCausalLM",
         dict(hidden_size=48, n_layer=2, n_head=6, vocab_size=96, tie_word_embeddings=False),
     ),
+    # GPT-OSS: sinks, clamped SwiGLU (a limit the activations reach), biased router and experts, sliding / full
+    Case(
+        "gptoss-sinks",
+        "GptOssForCausalLM",
+        dict(
+            _QWEN,
+            head_dim=16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            sliding_window=4,
+            swiglu_limit=1.5,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 150000.0,
+                "factor": 4.0,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "truncate": False,
+                "original_max_position_embeddings": 16,
+            },
+        ),
+    ),
     Case("mpt-alibi", "MptForCausalLM", dict(d_model=64, n_layers=2, n_heads=4, vocab_size=96, max_seq_len=64)),
     Case(
         "opt-pre",
@@ -336,6 +361,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "falcon-rw-alibi": ("alibi",),
     "bloom-alibi": ("alibi",),
     "mpt-alibi": ("alibi",),
+    "gptoss-sinks": ("sinks",),
 }
 
 

@@ -39,6 +39,8 @@ CASES = [
         "gptj-interleaved",
         "falcon-7b-style",
         "falcon-40b-style",
+        "bloom-alibi",
+        "gptoss-sinks",
     )
 ]
 

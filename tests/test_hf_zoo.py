@@ -246,7 +246,7 @@ def build(case: Case, seed: int = 0, std: float = STD) -> Any:
     model = cls(config_cls(**kwargs)).eval()
     with torch.no_grad():  # non-trivial norms, biases and final_logits_bias so that a dropped one shows
         for name, p in model.named_parameters():
-            if name.endswith(("bias", "weight")) and p.dim() == 1:
+            if (name.endswith(("bias", "weight")) and p.dim() == 1) or name.endswith("_proj_bias"):  # GPT-OSS [E, n]
                 p.add_(torch.randn_like(p) * NORM_BIAS_NOISE)
         for name, b in model.named_buffers():
             if name.endswith("final_logits_bias"):

@@ -27,6 +27,8 @@ PUBLISHED = {
     "pythia-1.4b": 1_414_647_808,
     "olmo2-7b": 7_298_617_344,
     "bloom-176b": 176_247_271_424,  # the model card's count
+    "gpt-oss-20b": 20_914_757_184,
+    "gpt-oss-120b": 116_829_156_672,
 }
 
 
@@ -42,6 +44,15 @@ def test_deepseek_v3_active_count_and_latent_kv_cache() -> None:
     assert p.active == 37_552_283_088  # "37B activated": 8 of 256 routed experts + the shared one + attention
     assert p.buffers == 58 * 256  # the selection-only score biases of the 58 MoE layers (buffers in transformers)
     assert r.memory["kv_cache"] == 61 * 1000 * (512 + 64) * 2  # the latent and the rotary key, bf16
+
+
+@pytest.mark.parametrize(("preset", "active"), [("gpt-oss-20b", 3.61e9), ("gpt-oss-120b", 5.13e9)])
+def test_gpt_oss_active_counts(preset: str, active: float) -> None:
+    """The model card's active counts (3.61B, 5.13B) leave out the input embedding table."""
+    p = analyze(preset, crossover=False).params
+    s = load_spec(preset)
+    assert round((p.active - s.vocab_size * s.d_model) / 1e7) == round(active / 1e7)
+    assert p.total - p.active == p.by_category["mlp"] * (s.mlp.experts - s.mlp.active) // s.mlp.experts
 
 
 @pytest.mark.parametrize(("preset", "count"), PUBLISHED.items())

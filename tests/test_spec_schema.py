@@ -80,6 +80,15 @@ def test_encoder_decoder_blocks_shortcut() -> None:
         ({"position": {"type": "rotary", "scaled": True}}, "position.scaled is only used by alibi positions"),
         ({"kind": "encoder", "position": "alibi"}, "alibi positions are supported in decoders, not in kind encoder"),
         ({"position": "alibi", "attention": {"heads": 4, "softcap": 30.0}}, "softcap is not supported with alibi"),
+        ({"position": "alibi", "attention": {"heads": 4, "sinks": True}}, "sinks are not supported with alibi"),
+        (
+            {"mlp": {"type": "moe", "experts": 2, "active": 1, "expert": "classic", "clamp": {}}},
+            "mlp.clamp is a SwiGLU variant; the experts are classic",
+        ),
+        (
+            {"mlp": {"type": "moe", "experts": 2, "active": 1, "activation": "gelu", "clamp": {"limit": 7.0}}},
+            "mlp.clamp replaces the activation",
+        ),
         ({"d_model": 1 << 17, "blocks": 1000, "attention": {"heads": 8}}, "parameters, more than"),
     ],
 )

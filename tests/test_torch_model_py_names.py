@@ -226,12 +226,16 @@ def test_every_table_op_is_its_tensor_ops_twin() -> None:
         "narrow": ([x], (1, 1, 4), lambda a: ops.narrow(a[0], 1, 1, 4)),
         "interleave": ([x], (1,), lambda a: ops.interleave(a[0], 1)),
         "regroup": ([x], (2, (2, 1, 1)), lambda a: ops.regroup(a[0], 2, (2, 1, 1))),
+        "swap": ([x], (), lambda a: ops.swap(a[0])),
+        "every": ([x], (1, 1, 2, True), lambda a: ops.swap(ops.every(a[0], 1, 1, 2))),
     }
     assert set(twins) == set(HOW)
     for name, (xs, args, twin) in twins.items():
         got = _how(name)(xs, *args)
         assert torch.equal(got, torch.as_tensor(twin([t.numpy() for t in xs]))), name
         assert torch.equal(got, twin(xs)), name
+    experts = torch.randn(3, 4, 6, generator=g)  # GPT-OSS's [E, in, 2·out], the last axis interleaved
+    assert torch.equal(_how("every")([experts], 2, 0, 2, False), experts[:, :, 0::2])
     bias = torch.arange(24.0)  # 1-D (a bias) as well
     assert torch.equal(_how("regroup")([bias], 4, (1, 1, 1)), ops.regroup(bias, 4, (1, 1, 1)))
 
@@ -249,3 +253,23 @@ def test_regroup_is_the_per_group_qkv_order(heads: int, kv: int) -> None:
     rows = torch.tensor([[stored.index(b) * 10 + i] for b in want for i in range(d)], dtype=torch.float32)
     hf_rows = torch.tensor([[b * 10 + i] for b in range(len(stored)) for i in range(d)], dtype=torch.float32)
     assert torch.equal(regroup(hf_rows, *per_group(heads, kv)), rows)
+
+
+@pytest.mark.parametrize("case_id", ["gptoss-sinks", "bloom-alibi", "mpt-alibi"])
+def test_model_py_loads_alibi_and_gpt_oss_checkpoints(tmp_path: Path, case_id: str) -> None:
+    """BLOOM / MPT (ALiBi) and GPT-OSS (sinks; experts fused [E, in, out] with gate and up interleaved: the
+    ``every`` and ``swap`` table ops) load their save_pretrained checkpoints and give HF's logits; the layers
+    model.py carries are those the model uses."""
+    hf, folder = save(FAMILY_BY_ID[case_id], tmp_path)
+    model_py = _model_py(import_hf(folder).spec, tmp_path / "model.py")
+    text = (tmp_path / "model.py").read_text()
+    gpt_oss = case_id.startswith("gptoss")
+    assert ('"every"' in text, "class SinkAttention" in text, "class AlibiAttention" in text) == (
+        gpt_oss,
+        gpt_oss,
+        not gpt_oss,
+    )
+    model = model_py.build(weights=str(folder / "model.safetensors"))
+    ids = torch.randint(3, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)

@@ -580,6 +580,25 @@ def olmoe(s: Any) -> dict[str, Any]:
     return cfg
 
 
+def gpt_oss(s: Any) -> dict[str, Any]:
+    _pre_rms(s)
+    _plain_attention(s, "mask")
+    need(all(layer.attention.sinks for layer in _layers(s)), ("attention", "sinks"), "attention without sinks")
+    need(_bias(s, "qkv") == _bias(s, "out"), ("bias",), "q/k/v biases without an output bias")
+    m = s.mlp
+    need(m.type == "moe" and m.expert == "swiglu" and m.shared is None, ("mlp",), "an MLP other than GPT-OSS's MoE")
+    need(m.clamp is not None, ("mlp", "clamp"), "experts without the clamped SwiGLU")
+    need(_bias(s, "mlp") and m.router.bias, ("bias", "mlp"), "experts or a router without biases")
+    need(m.router.normalize and m.router.score == "softmax", ("mlp", "router"), "routing other than top-k softmax")
+    window = _one_window(s)
+    cfg = {**_sizes(s), "rms_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings}
+    cfg.update(attention_bias=_bias(s, "qkv"), rope_parameters=rope_parameters(s.position))
+    cfg.update(intermediate_size=m.hidden, num_local_experts=m.experts, num_experts_per_tok=m.active)
+    cfg.update(swiglu_alpha=m.clamp.alpha, swiglu_limit=m.clamp.limit, router_aux_loss_coef=m.router.aux_loss_coef)
+    cfg.update(layer_types=_layer_types(s), sliding_window=window)
+    return cfg
+
+
 def _nope_rope(s: Any, interleaved: bool = False) -> tuple[list[bool], dict[str, Any]]:
     """Which layers rotate q/k, and the one RoPE they share."""
     layers = _layers(s)
@@ -724,6 +743,7 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "FalconForCausalLM": ("falcon", falcon),
     "BloomForCausalLM": ("bloom", bloom),
     "MptForCausalLM": ("mpt", mpt),
+    "GptOssForCausalLM": ("gpt_oss", gpt_oss),
     "BertForMaskedLM": ("bert", bert),
     "BertModel": ("bert", bert),
     "RobertaForMaskedLM": ("roberta", roberta),
@@ -770,6 +790,7 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "DeepseekV3ForCausalLM",
         "DeepseekV2ForCausalLM",
         "OPTForCausalLM",
+        "GptOssForCausalLM",
     ),
     "encoder": (
         "BertForMaskedLM",

@@ -4,7 +4,7 @@ are not supported"), never only the class. A class leaves this table when its fa
 
 Each row names a feature, the classes that have it, and the config fields that state it (dotted for nested
 objects: ``attn_config.alibi``). Of the rows a config triggers, the one whose field comes first in the file wins.
-A feature a class always has, with no field of its own (GPT-OSS's attention sinks), is blamed on
+A feature a class always has, with no field of its own (CLIP text's pooling at the EOS token), is blamed on
 ``model_type``, after every feature a field states (the first such row in the table).
 """
 
@@ -46,16 +46,6 @@ _CLIP_VISION = ("CLIPVisionModel", "CLIPVisionModelWithProjection")
 _QUICK_GELU = (lambda d: d.get("hidden_act", "quick_gelu") == "quick_gelu", "x·σ(1.702x)")
 
 ROWS: tuple[Missing, ...] = (
-    Missing(
-        "attention sinks are not supported (a learned per-head logit in the softmax denominator)",
-        ("GptOssForCausalLM",),
-        ("model_type",),
-    ),
-    Missing(
-        "the clamped SwiGLU variant (swiglu_limit, swiglu_alpha) is not supported",
-        ("GptOssForCausalLM",),
-        ("swiglu_alpha", "swiglu_limit"),
-    ),
     Missing(
         "relative position bias (bucketed, relative_attention_num_buckets) is not supported",
         _T5,

@@ -12,7 +12,9 @@ The operations (``op`` or ``(op, *args)``):
 - ``stack``: per-expert tensors stacked into ``[E, out, in]``;
 - ``("half", axis, i)``: half ``i`` of a fused tensor twice as long on ``axis`` (``gate_up_proj``);
 - ``squeeze``: stored with a leading unit axis; ``("rows", n)``: the first n rows are never read;
-- ``("regroup", layout)``: fused q/k/v rows stored per head or per KV group (``hf_fused_qkv``).
+- ``("regroup", layout)``: fused q/k/v rows stored per head or per KV group (``hf_fused_qkv``);
+- ``swap``: stored ``[.., in, out]`` (GPT-OSS's experts); ``("every", axis, start, step, swapped)``: entries
+  ``start::step`` of ``axis`` (GPT-OSS's interleaved gate / up), then the last two axes swapped when ``swapped``.
 
 ``plan`` expands a table against a graph into the rules (``weight_map``) that import, the standalone model.py's
 loader and export all run.
@@ -112,6 +114,14 @@ def _rule(g: LayerGraph, target: str, shape: ShapeT, alt: Alternative, fields: M
         return rows_from(src[0], shape, args[0])
     if name == "regroup":
         return fused_rule(g, target, src[0], shape, args[0])
+    if name == "swap":  # [.., in, out] stored: the last two axes exchanged
+        return Rule((src[0],), ((*shape[:-2], shape[-1], shape[-2]),), "last two axes swapped", ("swap",))
+    if name == "every":  # entries start, start + step, .. of an axis (interleaved halves), maybe then swapped
+        axis, start, step, swapped = args
+        inner = (*shape[:-2], shape[-1], shape[-2]) if swapped else shape
+        full = tuple(n * step if a == axis else n for a, n in enumerate(inner))
+        how = f"entries {start}::{step} of axis {axis}{', last two axes swapped' if swapped else ''}"
+        return Rule((src[0],), (full,), how, ("every", axis, start, step, swapped))
     raise ValueError(f"unknown weight operation {name!r} in the {target} row")
 
 

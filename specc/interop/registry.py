@@ -14,6 +14,7 @@ from . import (
     hf_falcon,
     hf_gemma,
     hf_gpt2,
+    hf_gpt_oss,
     hf_gptj,
     hf_llama,
     hf_mpt,
@@ -34,6 +35,7 @@ from .family import Family
 # Checkpoint detection takes the first family whose naming matches: the Llama-named families share one plan.
 FAMILIES: tuple[Family, ...] = (
     hf_gpt2.FAMILY,
+    hf_gpt_oss.FAMILY,  # before the Llama-named families: its q/k/v names are theirs
     hf_phi.FAMILY,  # before Llama: Phi-2 shares its q/k/v names
     hf_deepseek.FAMILY,  # before Llama: DeepSeek-V2-Lite has a q_proj
     hf_llama.FAMILY,
@@ -85,6 +87,7 @@ DEFAULT_ARCHITECTURE = {
     "gptj": "GPTJForCausalLM",
     "falcon": "FalconForCausalLM",
     "bloom": "BloomForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
     "mpt": "MptForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",

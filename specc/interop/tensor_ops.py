@@ -70,6 +70,19 @@ def interleave_order(d: int) -> list[int]:
     return [j // 2 + (j % 2) * (d // 2) for j in range(d)]
 
 
+def swap(x: Any) -> Any:
+    """The last two axes exchanged (GPT-OSS's experts stored [E, in, out])."""
+    return x.transpose(-1, -2).contiguous() if _is_torch(x) else np.ascontiguousarray(np.swapaxes(x, -1, -2))
+
+
+def every(x: Any, axis: int, start: int, step: int) -> Any:
+    """Every ``step``-th entry along ``axis`` from ``start`` (one of GPT-OSS's interleaved gate / up halves)."""
+    index = [slice(None)] * len(x.shape)
+    index[axis] = slice(start, None, step)
+    out = x[tuple(index)]
+    return out.contiguous() if _is_torch(out) else np.ascontiguousarray(out)
+
+
 def regroup(x: Any, groups: int, sizes: tuple[int, ...]) -> Any:
     """Rows of ``x`` stored group by group, each group ``sizes[0]`` blocks of part 0, then ``sizes[1]`` of part 1,
     ...: ``[g0: p0 × sizes[0], p1 × sizes[1], ..., g1: ...]``, reordered part by part ``[p0 of every group | p1 of
@@ -133,6 +146,7 @@ class Part:
     stop: int
     full: tuple[int, ...]
     value: Any
+    step: int = 1  # > 1: the entries start, start + step, ... (``every``); ``stop`` is then start + 1
 
 
 OPS: dict[str, Callable[..., Any]] = {
@@ -145,6 +159,9 @@ OPS: dict[str, Callable[..., Any]] = {
     "narrow": lambda xs, axis, start, stop: narrow(xs[0], axis, start, stop),
     "interleave": lambda xs, axis: interleave(xs[0], axis),
     "regroup": lambda xs, groups, sizes: regroup(xs[0], groups, tuple(sizes)),
+    "swap": lambda xs: swap(xs[0]),
+    # every step-th entry of an axis from start, then (swapped) the last two axes exchanged
+    "every": lambda xs, axis, start, step, swapped: (swap if swapped else lambda y: y)(every(xs[0], axis, start, step)),
 }
 
 
@@ -175,12 +192,29 @@ def unapply(op: tuple[Any, ...], y: Any, expect: tuple[tuple[int, ...], ...]) ->
         return [deinterleave(y, args[0])]
     if name == "regroup":
         return [ungroup(y, args[0], tuple(args[1]))]
+    if name == "swap":
+        return [swap(y)]
+    if name == "every":  # one of several strided slices: assembled with the others
+        axis, start, step, swapped = args
+        return [Part(axis, start, start + 1, expect[0], swap(y) if swapped else y, step)]
     raise KeyError(f"no inverse for weight operation {name!r}")
 
 
 def assemble(parts: list[Part]) -> Any:
     """One source tensor from its slices; None where they leave a gap or overlap."""
     full, axis = parts[0].full, parts[0].axis
+    if any(p.step > 1 for p in parts):  # strided slices: each residue of the step exactly once
+        step = parts[0].step
+        if any(p.axis != axis or p.full != full or p.step != step for p in parts):
+            return None
+        if sorted(p.start for p in parts) != list(range(step)):
+            return None
+        out = zeros_like(parts[0].value, full)
+        for p in parts:
+            index = [slice(None)] * len(full)
+            index[axis] = slice(p.start, None, p.step)
+            out[tuple(index)] = p.value
+        return out
     spans = sorted((p.start, p.stop) for p in parts)
     if any(p.axis != axis or p.full != full for p in parts) or spans[0][0] != 0 or spans[-1][1] != full[axis]:
         return None

@@ -28,7 +28,8 @@ Conventions every backend follows:
   ``jitter`` multiplies the router input by noise drawn from U(1 - jitter, 1 + jitter) (0: off), and
   ``aux_loss_coef`` weighs the load-balancing loss ``coef · E · Σ_e f_e · P_e``, where ``f_e`` is the fraction
   of the top-``active`` assignments that go to expert ``e`` (assignments to e / (T · active), T tokens) and
-  ``P_e`` is the mean router probability of ``e`` over the T tokens.
+  ``P_e`` is the mean router probability of ``e`` over the T tokens. ``clamp_limit`` (when set) makes the
+  swiglu experts GPT-OSS's: gate = min(gate, limit), up = clamp(up, ±limit), h = (up + 1) · gate · σ(α · gate).
   DeepSeek routing generalises the gates: scores are ``score`` (softmax | sigmoid) of the logits; the experts
   are chosen from ``scores + score_bias`` (when ``score_bias``) restricted to the ``top_groups`` best of
   ``groups`` equal groups (a group scored by its best expert, or the sum of its best two: ``group_score``);
@@ -388,6 +389,7 @@ class AttentionAttrs(OpAttrs):
     padding: bool = False  # the last input is the key padding mask
     alibi_max_bias: float | None = None  # ALiBi: slope_h · (k - q) added to head h's scores (None: no ALiBi)
     alibi_scaled: bool = False  # the ALiBi bias is multiplied by `scale` too (Falcon-RW)
+    sinks: bool = False  # parameter `sinks` [heads]: a logit per head in the softmax denominator (GPT-OSS)
 
 
 def _attention_shape(a: AttentionAttrs, s: list[Shape]) -> Shape:
@@ -397,9 +399,11 @@ def _attention_shape(a: AttentionAttrs, s: list[Shape]) -> Shape:
 
 _op(
     "attention",
-    "fused scaled-dot-product attention (QKᵀ, softmax, AV) on packed heads; no parameters",
+    "fused scaled-dot-product attention (QKᵀ, softmax, AV) on packed heads; no parameters but the sinks (`sinks`: "
+    "one logit per head, softmax over [scores, sink], the sink's share dropped)",
     AttentionAttrs,
     _attention_shape,
+    lambda a, s: {"sinks": ParamSpec((a.heads,))} if a.sinks else {},
 )
 
 
@@ -474,6 +478,9 @@ class MoEAttrs(OpAttrs):
     top_groups: int = 1
     group_score: Literal["max", "top2_sum"] = "max"
     routed_scale: float = 1.0
+    # GPT-OSS's clamped SwiGLU: (up + 1) · gate · σ(alpha · gate), gate ≤ limit, |up| ≤ limit (None: fn(gate) · up)
+    clamp_limit: float | None = None
+    clamp_alpha: float = 1.702
 
 
 def _moe_params(a: MoEAttrs, s: list[Shape]) -> dict[str, ParamSpec]:

@@ -100,6 +100,18 @@ def _latent_rules(spec: _Transformer) -> Any:
 
 def mlp_rules(spec: _Transformer) -> Any:
     m = spec.mlp
+    if isinstance(m, MoEMLP) and m.clamp is not None:
+        if m.expert != "swiglu":
+            yield Violation(("mlp", "clamp"), f"mlp.clamp is a SwiGLU variant; the experts are {m.expert}",
+                            "use expert: swiglu or remove clamp")  # fmt: skip
+        if m.activation not in (None, "silu"):
+            yield Violation(
+                ("mlp", "activation"),
+                f"mlp.clamp replaces the activation by gate · σ(alpha · gate), so activation {m.activation} would "
+                "be ignored",
+                "remove activation",
+                also=(("mlp", "clamp"),),
+            )
     if isinstance(m, MoEMLP) and m.active > m.experts:
         yield Violation(
             ("mlp", "active"),
@@ -217,6 +229,13 @@ def alibi_rules(spec: _Transformer) -> Any:
             ("position", "type"),
             f"alibi positions are supported in decoders, not in kind {kind_name(spec)}",
             "use learned, sinusoidal, rotary or none",
+        )
+    if spec.attention.sinks:
+        yield Violation(
+            ("attention", "sinks"),
+            "attention sinks are not supported with alibi positions",
+            "remove sinks, or use rotary positions",
+            also=(("position", "type"),),
         )
     if spec.attention.softcap is not None:
         yield Violation(

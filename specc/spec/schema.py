@@ -124,6 +124,11 @@ class Attention(_Strict):
         description="multi-head latent attention (DeepSeek-V2/V3): head_dim = nope_head_dim + rope_head_dim; "
         "default scale head_dim^-½ · mscale(factor, mscale_all_dim)² under YaRN",
     )
+    sinks: SBool = Field(
+        False,
+        description="attention sinks: a learned logit per head in the softmax denominator, softmax over "
+        "[scores, sink] with the sink's share dropped (GPT-OSS); one parameter per head",
+    )
 
 
 class Norm(_Strict):
@@ -189,6 +194,7 @@ class Router(_Strict):
         "two (DeepSeek-V3), from the biased scores",
     )
     scale: float = Field(1.0, gt=0, description="multiply the routed experts' weights by this (routed_scaling_factor)")
+    bias: SBool = Field(False, description="an additive bias on the router logits, one per expert (GPT-OSS)")
 
 
 class SharedExpert(_Strict):
@@ -198,6 +204,13 @@ class SharedExpert(_Strict):
     gate: Literal["none", "sigmoid"] = Field(
         "none", description="sigmoid: output scaled by sigmoid(Linear(D, 1)(x)) (Qwen2-MoE); none: ungated"
     )
+
+
+class ClampedSwiGLU(_Strict):
+    """GPT-OSS's expert activation, in place of fn(gate) · up."""
+
+    alpha: float = Field(1.702, gt=0, description="σ's slope: gate · σ(alpha · gate)")
+    limit: float = Field(7.0, gt=0, description="gate = min(gate, limit), up = clamp(up, -limit, limit)")
 
 
 class MoEMLP(_Strict):
@@ -210,6 +223,11 @@ class MoEMLP(_Strict):
     activation: Activation | None = Field(None, description="default: silu for swiglu, gelu for classic")
     router: Router = Field(default_factory=Router)
     shared: SharedExpert | None = Field(None, description="shared expert(s) next to the routed ones")
+    clamp: ClampedSwiGLU | None = Field(
+        None,
+        description="swiglu experts: (up + 1) · gate · σ(alpha · gate), gate = min(gate, limit), up = clamp(up, "
+        "±limit) (GPT-OSS's swiglu_alpha, swiglu_limit); absent: silu(gate) · up",
+    )
 
 
 MLP = Annotated[

@@ -15,7 +15,8 @@ def uses_gqa(op: Op, dtype: str) -> bool:
     a = op.attrs
     causal = not a.cross and a.mask in ("causal", "sliding_window", "chunked")
     # its kernels need head_dim % 8 == 0; MultiHeadAttention takes any
-    return causal and (a.kv_heads < a.heads or (dtype == "fp32" and a.head_dim % 8 == 0))
+    # attention sinks: only GroupQueryAttention has them (head_sink)
+    return causal and (a.kv_heads < a.heads or a.sinks or (dtype == "fp32" and a.head_dim % 8 == 0))
 
 
 def check_contrib(op: Op, dtype: str = "fp32") -> None:
@@ -25,6 +26,12 @@ def check_contrib(op: Op, dtype: str = "fp32") -> None:
     if a.softcap and not uses_gqa(op, dtype):
         raise SpecError(
             f"{op.name}: com.microsoft MultiHeadAttention has no softcap; this layer caps its scores at {a.softcap}",
+            hint="export with --attention standard",
+        )
+    if a.sinks and not uses_gqa(op, dtype):
+        raise SpecError(
+            f"{op.name}: com.microsoft MultiHeadAttention has no attention sinks, and GroupQueryAttention (which "
+            f"has) is causal only; this layer's mask is {a.mask}",
             hint="export with --attention standard",
         )
     if a.kv_heads != a.heads and (a.cross or a.mask not in ("causal", "sliding_window", "chunked")):

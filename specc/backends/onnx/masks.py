@@ -113,12 +113,49 @@ def alibi_bias(b: GraphBuilder, op: Op, q: str, pad: str) -> str:
     slopes = np.array(alibi_slopes(a.heads, a.alibi_max_bias), np.float32) * np.float32(scaled or 1.0)
     slopes_c = b.const(slopes.reshape(1, a.heads, 1, 1), "alibi_slopes", np.float32)
     bias = to_model_dtype(b, b.op("Mul", [slopes_c, dist], scope="alibi"), "alibi")  # [1, H, Nq, Nk]
-    keep = combined_keep(b, op, q, pad)
-    if a.mask == "causal":
-        causal = b.op("LessOrEqual", [kpos, qpos], scope="alibi")
-        keep = causal if keep is None else b.op("And", [keep, causal], scope="alibi")
+    keep = full_keep(b, op, q, pad)
     if keep is not None:
         low = b.const(np.array(ml_dtypes.finfo(b.np_ftype).min, dtype=b.np_ftype), "mask_min")
         bias = b.op("Where", [keep, bias, low], scope="alibi")
     b.memo[key] = bias
     return bias
+
+
+def full_keep(b: GraphBuilder, op: Op, q: str, pad: str) -> str | None:
+    """``combined_keep`` with a causal mask materialised too ([N_q, N_k], bottom-right aligned with a cache), for
+    nodes whose mask input carries every mask (is_causal 0); None when nothing is masked."""
+    keep = combined_keep(b, op, q, pad)
+    if op.attrs.mask != "causal":
+        return keep
+    key = ("full", keep, op.stack)
+    if key not in b.memo:
+        start, end = span(b, q, op.stack)
+        one, zero = b.scalar_i64(1), b.scalar_i64(0)
+        qpos = b.op("Unsqueeze", [b.op("Range", [start, end, one], scope="mask"), b.i64(1)], scope="mask")
+        kpos = b.op("Unsqueeze", [b.op("Range", [zero, end, one], scope="mask"), b.i64(0)], scope="mask")
+        causal = b.op("LessOrEqual", [kpos, qpos], scope="mask")  # [Nq, Nk]
+        b.memo[key] = causal if keep is None else b.op("And", [keep, causal], scope="mask")
+    return b.memo[key]
+
+
+def sink_mask(b: GraphBuilder, op: Op, q: str, pad: str) -> str:
+    """Attention sinks as the additive mask of a node whose keys end in one extra zero key: [B | 1, H, N_q,
+    N_k + 1], every mask as 0 / the dtype's lowest value over the real keys, then each head's sink logit (the
+    layer's ``sinks`` parameter) as the extra key's score, so softmax runs over [scores, sink]."""
+    a = op.attrs
+    keep = full_keep(b, op, q, pad)
+    if keep is None:  # nothing masked (an encoder without padding): every key kept, [Nq, Nk]
+        start, end = span(b, q, op.stack)
+        one, zero = b.scalar_i64(1), b.scalar_i64(0)
+        qpos = b.op("Unsqueeze", [b.op("Range", [start, end, one], scope="mask"), b.i64(1)], scope="mask")
+        kpos = b.op("Unsqueeze", [b.op("Range", [zero, end, one], scope="mask"), b.i64(0)], scope="mask")
+        keep = b.op("GreaterOrEqual", [kpos, b.op("Sub", [qpos, qpos], scope="mask")], scope="mask")
+    base = additive(b, keep)
+    base = b.op("Add", [base, b.const(np.zeros((1, 1, 1, 1)), "zeros4")], scope=op.name)  # rank 4
+    heads = b.i64(a.heads)
+    shape = b.op("Concat", [b.dim(base, 0), heads, b.dim(base, 2), b.dim(base, 3)], scope=op.name, axis=0)
+    base = b.op("Expand", [base, shape], scope=op.name)  # [B | 1, H, Nq, Nk]
+    sinks = b.op("Reshape", [b.param(f"{op.name}.sinks"), b.i64(1, a.heads, 1, 1)], scope=op.name)
+    column = b.op("Concat", [b.dim(base, 0), heads, b.dim(base, 2), b.i64(1)], scope=op.name, axis=0)
+    sinks = b.op("Expand", [sinks, column], scope=op.name)  # [B | 1, H, Nq, 1]
+    return b.op("Concat", [base, sinks], scope=op.name, axis=-1)

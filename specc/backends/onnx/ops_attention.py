@@ -9,7 +9,9 @@ Masks (see masks.py): causal → ``is_causal=1`` (standard, bottom-right aligned
 every mask (is_causal 0); sliding_window, chunked and prefix → a bool [N_q, N_k] mask (prefix:
 [B, 1, N_q, N_k] when positions follow the padding mask); padding →
 bool [B, 1, N_q, N_k] from ``attention_mask``, and'ed with the structural mask; the contrib ops take the same
-as an additive ``attention_bias``. GQA / MQA: the standard op takes ``kv_num_heads`` < ``q_num_heads``
+as an additive ``attention_bias``. Attention sinks: the standard op has no sink input, so its keys and values end in
+one zero row whose mask entry is the sink logit (``_standard_sinks``); GroupQueryAttention takes them as
+``head_sink``. GQA / MQA: the standard op takes ``kv_num_heads`` < ``q_num_heads``
 directly; contrib uses GroupQueryAttention (always causal). The scale is the ``scale`` attribute.
 """
 
@@ -22,7 +24,7 @@ from ..torch.layers.rope import attention_factor
 from .builder import CONTRIB, GraphBuilder, symbolic
 from .contrib import check_contrib, uses_gqa
 from .fuse import bias_add
-from .masks import additive, alibi_bias, combined_keep
+from .masks import additive, alibi_bias, combined_keep, sink_mask
 from .op_registry import emits
 from .positions import position_ids, span
 from .tables import angles, rope_inv_freq, to_model_dtype
@@ -54,6 +56,8 @@ def _split(b: GraphBuilder, op: Op, packed: str, kv_packed: str = "") -> tuple[s
 
 def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: bool) -> str:
     a = op.attrs
+    if a.sinks:
+        return _standard_sinks(b, op, q, k, v, pad, cached)
     alibi = a.alibi_max_bias is not None
     keep = alibi_bias(b, op, q, pad) if alibi else combined_keep(b, op, q, pad)  # ALiBi: an additive mask
     ins = [q, k, v, keep or ""]
@@ -73,6 +77,46 @@ def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached:
         is_causal=1 if a.mask == "causal" and not alibi else 0,
     )
     return y if isinstance(y, str) else y[0]
+
+
+def _standard_sinks(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: bool) -> str:
+    """Attention sinks in one standard ``Attention`` node (the op has no sink input): the keys and values end in
+    one extra zero row whose mask entry is each head's sink logit, so its score is q·0·scale + sink = sink and its
+    value adds nothing: softmax over [scores, sink] with the sink's share dropped, exactly. The KV cache is
+    concatenated outside the node, so the extra row never enters it; the mask carries causality (is_causal 0)."""
+    a = op.attrs
+    width = a.kv_heads * a.head_dim
+    if cached:
+        k, v = (
+            _grown(b, op, x, past, present)
+            for x, past, present in zip((k, v), b.cache.past(op), b.cache.present(op), strict=True)
+        )
+    rows = b.op("Concat", [b.dim(k, 0), b.i64(1, width)], scope=op.name, axis=0)
+    zero = b.op("Expand", [b.const(np.zeros((1, 1, width)), "zero_key"), rows], scope=op.name)  # [B, 1, kv·D]
+    k, v = (b.op("Concat", [x, zero], scope=op.name, axis=1) for x in (k, v))
+    y = b.op(
+        "Attention",
+        [q, k, v, sink_mask(b, op, q, pad)],
+        scope=op.name,
+        outputs=[b.fresh(f"{op.name}/Attention")],
+        q_num_heads=a.heads,
+        kv_num_heads=a.kv_heads,
+        scale=float(a.scale),
+        softcap=float(a.softcap) if a.softcap else None,
+        is_causal=0,
+    )
+    return y
+
+
+def _grown(b: GraphBuilder, op: Op, x: str, past: str, present: str) -> str:
+    """The cache [B, kv_heads, P, D] grown by this call's keys (values) x [B, N, kv_heads·D] into ``present``;
+    returned as all of them, [B, P + N, kv_heads·D]."""
+    a = op.attrs
+    heads = b.op("Reshape", [x, b.i64(0, 0, a.kv_heads, a.head_dim)], scope=op.name)
+    new = b.op("Transpose", [heads], scope=op.name, perm=[0, 2, 1, 3])
+    full = b.op("Concat", [past, new], scope=op.name, outputs=[present], axis=2)
+    back = b.op("Transpose", [full], scope=op.name, perm=[0, 2, 1, 3])
+    return b.op("Reshape", [back, b.i64(0, 0, a.kv_heads * a.head_dim)], scope=op.name)
 
 
 def _contrib(b: GraphBuilder, op: Op, xs: list[str], pad: str, cached: bool) -> str:
@@ -97,7 +141,7 @@ def _contrib(b: GraphBuilder, op: Op, xs: list[str], pad: str, cached: bool) -> 
         seqlens = b.op("Expand", [b.op("Sub", [total, b.const(1, "one_i32", "int32")], scope=op.name), b.dim(xs[0], 0)])
         b.op(
             "GroupQueryAttention",
-            [*qkv, *pasts, seqlens, total, "", "", "", mask_bias],
+            [*qkv, *pasts, seqlens, total, "", "", "", mask_bias, b.param(f"{op.name}.sinks") if a.sinks else ""],
             scope=op.name,
             outputs=[y, *presents],
             domain=CONTRIB,

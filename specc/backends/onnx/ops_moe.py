@@ -11,11 +11,11 @@ Two forms, chosen by ``ExportOptions.moe``:
   E/A times the expert FLOPs.
 
 DeepSeek routing (sigmoid scores, the selection-only ``score_bias``, group-limited top-k, ``routed_scale``) has
-its own ``_route_deepseek``. Gates come from ``exp(logit - logsumexp)`` (over all experts, or over the top-A when
-renormalised, which equals softmax → top-A → renormalise), computed in fp32 as the torch layer does, so the
-graph has no Softmax node to confuse with attention. Per-expert weights are ``Gather``s of the [E, out, in]
-initializers (which keep their IR names); onnxruntime folds them into constants at session creation and pre-packs them
-for MatMul.
+its own ``_route_deepseek``; GPT-OSS's clamped SwiGLU is ``_glu``. Gates come from ``exp(logit - logsumexp)``
+(over all experts, or over the top-A when renormalised, which equals softmax → top-A → renormalise), computed in
+fp32 as the torch layer does, so the graph has no Softmax node to confuse with attention. Per-expert weights are
+``Gather``s of the [E, out, in] initializers (which keep their IR names); onnxruntime folds them into constants at
+session creation and pre-packs them for MatMul.
 """
 
 from __future__ import annotations
@@ -111,13 +111,25 @@ def _linear_e(b: GraphBuilder, op: Op, x: str, e: int, w: str, bias: str) -> str
     return y
 
 
+def _glu(b: GraphBuilder, op: Op, gate: str, up: str, scope: str) -> str:
+    """fn(gate) · up, or GPT-OSS's clamped form (up + 1) · gate · σ(α · gate), gate ≤ limit, |up| ≤ limit."""
+    a = op.attrs
+    if a.clamp_limit is None:
+        return b.op("Mul", [activation(b, gate, a.activation, scope), up], scope=scope)
+    hi, lo = b.const(float(a.clamp_limit), "clamp_limit"), b.const(-float(a.clamp_limit), "clamp_low")
+    gate = b.op("Min", [gate, hi], scope=scope)
+    up = b.op("Clip", [up, lo, hi], scope=scope)
+    alpha = b.const(float(a.clamp_alpha), "clamp_alpha")
+    glu = b.op("Mul", [gate, b.op("Sigmoid", [b.op("Mul", [gate, alpha], scope=scope)], scope=scope)], scope=scope)
+    return b.op("Mul", [b.op("Add", [up, b.const(1.0, "one")], scope=scope), glu], scope=scope)
+
+
 def _expert(b: GraphBuilder, op: Op, x: str, e: int) -> str:
     """Expert ``e`` on rows x [n, D] → [n, D]."""
     fn, scope = op.attrs.activation, f"{op.name}.{e}"
     if op.attrs.expert == "swiglu":
-        gate = activation(b, _linear_e(b, op, x, e, "w_gate", "b_gate"), fn, scope)
-        hidden = b.op("Mul", [gate, _linear_e(b, op, x, e, "w_up", "b_up")], scope=scope)
-        return _linear_e(b, op, hidden, e, "w_down", "b_down")
+        gate, up = _linear_e(b, op, x, e, "w_gate", "b_gate"), _linear_e(b, op, x, e, "w_up", "b_up")
+        return _linear_e(b, op, _glu(b, op, gate, up, scope), e, "w_down", "b_down")
     hidden = activation(b, _linear_e(b, op, x, e, "w_in", "b_in"), fn, scope)
     return _linear_e(b, op, hidden, e, "w_out", "b_out")
 
@@ -155,9 +167,8 @@ def _dense(b: GraphBuilder, op: Op, tokens: str, gates: str, idx: str) -> str:
     a = op.attrs
     x = b.op("Unsqueeze", [tokens, b.i64(0)], scope=op.name)  # [1, T, D]
     if a.expert == "swiglu":
-        gate = activation(b, _experts_linear(b, op, x, "w_gate", "b_gate"), a.activation, op.name)
-        hidden = b.op("Mul", [gate, _experts_linear(b, op, x, "w_up", "b_up")], scope=op.name)
-        y = _experts_linear(b, op, hidden, "w_down", "b_down")
+        gate, up = _experts_linear(b, op, x, "w_gate", "b_gate"), _experts_linear(b, op, x, "w_up", "b_up")
+        y = _experts_linear(b, op, _glu(b, op, gate, up, op.name), "w_down", "b_down")
     else:
         hidden = activation(b, _experts_linear(b, op, x, "w_in", "b_in"), a.activation, op.name)
         y = _experts_linear(b, op, hidden, "w_out", "b_out")  # [E, T, D]

@@ -54,6 +54,7 @@ def _attention(c: Context, p: str, x: str, layer: int, mask: str, memory: str | 
         cross=memory is not None,
         padding=c.pad is not None,
         **_alibi(s, memory is None),
+        sinks=bool(s.attention.sinks) and memory is None,
     )
     sc = s.position.scaling if rope else None
     if sc is not None and sc.rebuild_cache:  # generation recomputes the cache once past the original context
@@ -162,7 +163,7 @@ def _mlp(c: Context, p: str, x: str, layer: int) -> str:
     m, hidden, act = s.mlp, resolve.mlp_hidden(s), resolve.mlp_activation(s)
     residual = "residual" if s.init.scaled_residual else "normal"
     if isinstance(m, MoEMLP):
-        logits = linear(c, f"{p}.router", x, d, m.experts, "router", layer, False)
+        logits = linear(c, f"{p}.router", x, d, m.experts, "router", layer, m.router.bias)
         routed = g.add(
             "moe",
             f"{p}.experts",
@@ -187,6 +188,7 @@ def _mlp(c: Context, p: str, x: str, layer: int) -> str:
             top_groups=m.router.top_groups if m.router.top_groups is not None else m.router.groups,
             group_score=m.router.group_score,
             routed_scale=float(m.router.scale),
+            **({} if m.clamp is None else {"clamp_limit": float(m.clamp.limit), "clamp_alpha": float(m.clamp.alpha)}),
         )
         return routed if m.shared is None else _shared_expert(c, p, x, routed, layer)
     if isinstance(m, SwiGLUMLP):

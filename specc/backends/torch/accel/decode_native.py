@@ -180,8 +180,8 @@ class Program:
         mask, heads, kv_heads, head_dim, rope_dims = a.mask, a.heads, a.kv_heads, a.head_dim, a.rope_dims
         if a.cross or mask not in ("causal", "sliding_window", "chunked"):
             raise Unsupported(f"{op.name}: {'cross-attention' if a.cross else f'mask {mask}'}")
-        if a.alibi_max_bias is not None:
-            raise Unsupported(f"{op.name}: ALiBi")
+        if a.alibi_max_bias is not None or a.sinks:
+            raise Unsupported(f"{op.name}: {'ALiBi' if a.sinks is False else 'attention sinks'}")
         if rope_dims and (by_length(a.rope_scaling) or rope_dims % 2):
             raise Unsupported(f"{op.name}: RoPE scaling {a.rope_scaling} follows the length")
         if head_dim > MAX_HEAD_DIM or heads % kv_heads:

@@ -224,6 +224,9 @@ def _attention_ctor(op: Op, a: Attr) -> str:
         extra = _kwargs(a, op, ROTARY_KWARGS).replace(", rope_scaling=", ", scaling=")
         extra = extra.replace(", rope_interleaved=", ", interleaved=")
         rope = f", rope=Rotary({a('rope_dims')}, {a('rope_theta')}{extra})"
+    if op.attrs.sinks:  # a logit per head in the denominator: the explicit-softmax layer with its parameter
+        softcap = f", softcap={a('softcap')}" if op.attrs.softcap else ""
+        return f"SinkAttention({head}{kwargs}{rope}{softcap})"
     if op.attrs.softcap:  # SDPA cannot cap scores: the explicit-softmax layer
         return f"SoftcapAttention({head}{kwargs}{rope}, softcap={a('softcap')})"
     if op.attrs.alibi_max_bias is not None:  # the scores' additive bias is the mask: its own layer
@@ -245,8 +248,13 @@ _emits(
     "attention",
     call=_attention_call,
     ctor=_attention_ctor,
-    structural=("cross", "padding", "mask"),  # layers of differing masks (layer kinds) get their own classes
-    variant=lambda op: (bool(op.attrs.rope_dims), bool(op.attrs.softcap), op.attrs.alibi_max_bias is not None),
+    structural=("cross", "padding", "mask", "sinks"),  # differing masks (layer kinds): their own classes
+    variant=lambda op: (
+        bool(op.attrs.rope_dims),
+        bool(op.attrs.softcap),
+        op.attrs.alibi_max_bias is not None,
+        op.attrs.sinks,
+    ),
     state=lambda op: not op.attrs.cross,
 )
 
@@ -289,6 +297,7 @@ MOE_KWARGS = (
     "aux_loss_coef",
     "jitter",
     *("score", "score_bias", "groups", "top_groups", "group_score", "routed_scale"),  # DeepSeek routing
+    *("clamp_limit", "clamp_alpha"),  # GPT-OSS's clamped SwiGLU
 )  # defaults: MoEAttrs
 
 

@@ -12,6 +12,7 @@ from .attention import (
     CrossAttention,
     LatentAttention,
     SelfAttention,
+    SinkAttention,
     SoftcapAttention,
     WindowedAttention,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "RNNDecoder",
     "Rotary",
     "SelfAttention",
+    "SinkAttention",
     "SinusoidalPositions",
     "SinusoidalPositions2d",
     "SliceRMSNorm",

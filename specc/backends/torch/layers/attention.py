@@ -105,7 +105,8 @@ def math_attention(
     core: AttentionCore, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float
 ) -> tuple[Tensor, Tensor]:
     """softmax(cap(q kᵀ · scale) + mask) v, explicitly: (output, probabilities [B, H, N_q, N_k]); cap is
-    softcap · tanh(s / softcap) when the core has a ``softcap``, applied before the mask."""
+    softcap · tanh(s / softcap) when the core has a ``softcap``, applied before the mask; a core's ``sinks``
+    (one logit per head) join the softmax as one more column whose share is dropped."""
     if k.shape[1] != q.shape[1]:  # GQA: query head j reads kv head j // group, as SDPA's enable_gqa does
         k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
         v = v.repeat_interleave(q.shape[1] // v.shape[1], 1)
@@ -119,6 +120,11 @@ def math_attention(
         scores = scores.masked_fill(~mask, float("-inf"))
     elif mask is not None:  # an additive bias (ALiBi), -inf where masked
         scores = scores + mask.to(scores.dtype)
+    sinks = getattr(core, "sinks", None)
+    if sinks is not None:  # one more logit per head in the denominator, its share dropped (GPT-OSS)
+        column = sinks.reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1).to(scores.dtype)
+        probs = torch.cat([scores, column], -1).float().softmax(-1)[..., :-1].to(q.dtype)
+        return torch.matmul(F.dropout(probs, p, True) if p else probs, v), probs
     probs = scores.float().softmax(-1).to(q.dtype)
     return torch.matmul(F.dropout(probs, p, True) if p else probs, v), probs
 
@@ -202,6 +208,20 @@ class AlibiAttention(WindowedAttention):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, alibi_max_bias={self.max_bias}{', scaled=True' if self.scaled else ''}"
+
+
+class SinkAttention(WindowedAttention):
+    """SelfAttention with attention sinks: a learned logit per head in the softmax denominator, softmax over
+    [scores, sink] with the sink's share dropped (GPT-OSS). SDPA has no sinks: the explicit softmax
+    (``math_attention``), soft-capped too when ``softcap`` is given."""
+
+    def __init__(self, *args: Any, softcap: float | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.softcap = softcap
+        self.sinks = nn.Parameter(torch.empty(self.heads))
+
+    def product(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
+        return math_attention(self, q, k, v, mask, causal, p)[0]
 
 
 class CrossAttention(AttentionCore):

@@ -48,6 +48,8 @@ class MoE(nn.Module):
         top_groups: int = 1,
         group_score: str = "max",
         routed_scale: float = 1.0,
+        clamp_limit: float | None = None,
+        clamp_alpha: float = 1.702,
     ):
         super().__init__()
         self.experts, self.active, self.dim, self.hidden = experts, active, dim, hidden
@@ -67,6 +69,7 @@ class MoE(nn.Module):
         self.bias = bias
         self.score, self.groups, self.top_groups = score, groups, top_groups
         self.group_score, self.routed_scale = group_score, routed_scale
+        self.clamp_limit, self.clamp_alpha = clamp_limit, clamp_alpha
         if score_bias:  # chooses experts only (no gradient reaches it through top-k indices)
             self.score_bias = nn.Parameter(torch.empty(e))
         else:
@@ -78,7 +81,12 @@ class MoE(nn.Module):
     def expert(self, e: int, x: Tensor) -> Tensor:
         act = ACTIVATIONS[self.activation]
         if self.swiglu:
-            h = act(F.linear(x, self.w_gate[e], self._b("b_gate", e))) * F.linear(x, self.w_up[e], self._b("b_up", e))
+            gate, up = F.linear(x, self.w_gate[e], self._b("b_gate", e)), F.linear(x, self.w_up[e], self._b("b_up", e))
+            if self.clamp_limit is not None:  # GPT-OSS: clamped, σ(α·gate), up + 1
+                gate, up = gate.clamp(max=self.clamp_limit), up.clamp(-self.clamp_limit, self.clamp_limit)
+                h = (up + 1) * gate * torch.sigmoid(gate * self.clamp_alpha)
+            else:
+                h = act(gate) * up
             return F.linear(h, self.w_down[e], self._b("b_down", e))
         return F.linear(act(F.linear(x, self.w_in[e], self._b("b_in", e))), self.w_out[e], self._b("b_out", e))
 
