@@ -104,3 +104,23 @@ def test_greedy_generation_matches_hf_generate(family, case: Case, tmp_path: Pat
     path = specc.export_onnx(s.spec, tmp_path / "model.onnx", weights=s.weights, kv_cache=True)
     feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones_like(ids.numpy())}
     assert greedy(OrtModel.open(path, provider="cpu", threads=2), feeds, n).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("case_id", ["gptoss-sinks", "bloom-alibi"])
+def test_onnx_contrib_attention_matches_hf(family, case_id: str, tmp_path: Path) -> None:
+    """--attention contrib: GPT-OSS's sinks as GroupQueryAttention's head_sink, ALiBi as its attention_bias."""
+    s = family(case_id)
+    path = specc.export_onnx(s.spec, tmp_path / "model.onnx", weights=s.weights, attention="contrib")
+    import onnx
+
+    fused = [n for n in onnx.load(str(path)).graph.node if n.op_type in ATTENTION_OPS]
+    assert len(fused) == s.spec.blocks and {n.op_type for n in fused} == {"GroupQueryAttention"}
+    if case_id.startswith("gptoss"):
+        assert all(len(n.input) > 11 and n.input[11].endswith(".core.sinks") for n in fused)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    x = _inputs(s)
+    feeds = {i.name: x[i.name].numpy() for i in sess.get_inputs()}
+    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
+    assert_close_to_hf(s, x, got)

@@ -32,6 +32,11 @@ MUTATIONS = [
     ("gptj-interleaved", "position.rotation", "half"),
     ("neox-parallel", "position.fraction", 0.5),
     ("olmo2-post", "norm.eps", 0.3),  # read by the post-sublayer and the full-width QK norms
+    ("bloom-alibi", "position.max_bias", 4.0),  # the slopes
+    ("mpt-alibi", "position.max_bias", 16.0),
+    ("falcon-rw-alibi", "position.scaled", False),  # the bias scaled with the scores
+    ("gptoss-sinks", "mlp.clamp.limit", 7.0),  # the twin's activations pass its limit 1.5
+    ("gptoss-sinks", "mlp.clamp.alpha", 1.0),
 ]
 
 
@@ -53,3 +58,22 @@ def test_a_mutated_import_fails_the_comparison(family, case_id: str, key: str, v
 
 def test_mutations_name_real_cases() -> None:
     assert {c for c, _, _ in MUTATIONS} <= set(FAMILY_BY_ID)
+
+
+def test_the_sinks_are_felt(family) -> None:  # noqa: F811
+    """GPT-OSS's twin is within tolerance with its sinks and not without them (a sink of -inf takes no share)."""
+    s = family("gptoss-sinks")
+    x = _inputs(s)
+    model = specc.build_torch(s.spec, weights=s.weights)
+
+    def worst() -> float:
+        with torch.no_grad():
+            got = model.run(dict(x))
+        return max(float((v - r).abs().max()) / max(1.0, float(r.abs().max())) for v, r in _pairs(s, x, got).values())
+
+    assert worst() <= RTOL_OF_SCALE
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".core.sinks"):
+                p.fill_(float("-inf"))
+    assert worst() > 10 * RTOL_OF_SCALE
