@@ -155,3 +155,58 @@ class _Mesh:  # parallelize checks its arguments before it touches a process gro
 
     def size(self) -> int:
         return 2
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+
+MOE_SETS = [x for s in ROUTING["top2"] for x in ("--set", s)]
+
+
+def test_torchrun_dp2_ep2_checkpoint_resumes_in_one_process_as_one_straight_run(cli, tmp_path) -> None:
+    """2 steps at dp=2 × ep=2 (a top-2 MoE with its load-balancing loss) into a distributed checkpoint folder
+    (experts sharded by rows, Adam moments too), resumed to step 4 in one process: it ends where 4 straight
+    single-process steps end, weights and moments."""
+    from safetensors.torch import load_file
+    from test_parallel_torch_cli import _weights_diff, torchrun
+
+    from specc.parallel import checkpoint as distributed
+    from specc.train import checkpoint as C
+
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(["pack my box with five dozen liquor jugs"] * 10), encoding="utf-8")
+    common = ["--task", "lm", "--text", text, "--batch", "4", "--max-len", "12", "--eval-size", "4"]
+    common += ["--schedule", "constant", "--warmup", "0"]
+    straight = tmp_path / "one.safetensors"
+    code, _, err = cli("train", "mixtral-8x7b", *MOE_SETS, *common, "--steps", "4", "--device", "cpu", "-o", straight)
+    assert code == 0, err
+    first = torchrun(
+        2, "train", "mixtral-8x7b", *MOE_SETS, *common, "--steps", "2", "--parallel", "dp=2,ep=2", "-o", tmp_path / "k"
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "dp=2, tp=1, ep=2: the experts split over the dp ranks" in first.stdout
+    assert distributed.has_optimizer(tmp_path / "k")
+    code, out, err = cli(
+        "train", "--resume", tmp_path / "k", "--steps", "4", "--device", "cpu", "-o", tmp_path / "1.safetensors"
+    )
+    assert code == 0 and "optimizer state from" in out, err
+    got = C.load(tmp_path / "1.safetensors", True)
+    assert got.step == 4
+    assert _weights_diff(load_file(straight), got.weights) < 1e-5
+    assert _weights_diff(load_file(tmp_path / "one.optim.safetensors"), got.optimizer) < 1e-5
+
+
+def test_expert_layouts_train_cannot_run_exit_2_before_any_work(cli, tmp_path) -> None:
+    args = ["train", "mixtral-8x7b", *MOE_SETS, "--task", "copy", "--steps", "2", "-o", tmp_path / "k"]
+    for layout, sets, message in [
+        ("dp=4,ep=2", [], "--parallel ep=2 with dp=4: specc train shards the experts over the data-parallel ranks"),
+        ("dp=2,tp=2,ep=2", [], "--parallel ep=2 with tp=2: expert parallelism is not composed with tensor"),
+        ("dp=2,ep=2", ["--set", "mlp.experts=3", "--set", "mlp.active=1"], "has 3 experts, not divisible by ep=2"),
+    ]:
+        code, _, err = cli(*args, *sets, "--parallel", layout)
+        assert code == 2 and message in err and "Traceback" not in err, (layout, err)
+        assert err.count("error:") == 1, err
+    for layout, message in [("dp=2,ep=2", "llama2-7b has no MoE layer: ep=2 has no experts to shard")]:
+        dense = ["train", "llama2-7b", "--set", "blocks=1", "--task", "copy", "--steps", "2", "-o", tmp_path / "k"]
+        code, _, err = cli(*dense, "--parallel", layout)
+        assert code == 2 and message in err and "Traceback" not in err, (layout, err)
+        assert err.count("error:") == 1, err

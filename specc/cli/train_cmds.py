@@ -81,9 +81,9 @@ def train(
     parallel: Annotated[
         str | None,
         typer.Option(
-            help="dp=D,tp=T,pp=P under torchrun (D·T·P processes): FSDP2 over dp, tensor parallel over tp, "
-            "pipeline stages over pp; -o DIR writes a distributed checkpoint folder, -o X.safetensors one "
-            "gathered file (pp=1)"
+            help="dp=D,tp=T,pp=P,ep=E under torchrun (D·T·P processes): FSDP2 over dp, tensor parallel over "
+            "tp, pipeline stages over pp, MoE experts sharded over the dp ranks with ep=D; -o DIR writes a "
+            "distributed checkpoint folder, -o X.safetensors one gathered file (pp=1)"
         ),
     ] = None,
     pipeline_schedule: Annotated[
@@ -145,6 +145,11 @@ def train(
         rows = (batch or TrainConfig.batch) // layout["dp"]
         check_pipeline(lower(load(spec, sets)), layout["pp"], opts.schedule, opts.virtual,
                        opts.micro_batches(rows, layout["pp"]))  # fmt: skip
+    if layout is not None and layout["ep"] > 1 and spec is not None and resume is None:  # experts ep divides
+        from ..ir.lower import lower
+        from ..parallel.experts import check_expert_parallel
+
+        check_expert_parallel(lower(load(spec, sets)), layout["ep"], layout["dp"], layout["tp"])
     if layout is not None and not output.name.endswith(".safetensors"):
         _check_folder(output, spec, text, resume)
     else:
@@ -174,6 +179,7 @@ def train(
                 mesh=mesh,
                 trust_pickle=trust_pickled_checkpoint,
                 pipeline=opts,
+                ep=layout["ep"] if layout is not None else 1,
             )
             side = resume if resume.is_dir() else optimizer_path(resume)  # a folder holds its optimizer state
             if run.resumed_optimizer:
@@ -189,7 +195,7 @@ def train(
             if steps is None:
                 raise SpecError("missing --steps", hint="e.g. --steps 2000")
             cfg = TrainConfig(**{k: v for k, v in flags.items() if v is not None})
-            run = new_run(load(spec, sets), cfg, dev, mesh=mesh, pipeline=opts)
+            run = new_run(load(spec, sets), cfg, dev, mesh=mesh, pipeline=opts, ep=layout["ep"] if layout else 1)
         _check_config(run.cfg)  # a resumed checkpoint's own settings obey the same bounds
         n_params = run.graph.num_params()  # the whole model (a parallel rank holds a share)
         lo, hi = run.lengths
@@ -201,6 +207,8 @@ def train(
             if run.pipeline is not None:
                 p = run.pipeline
                 where += f", pp={layout['pp']}: {p.schedule_name}, {p.n_chunks} chunks, {p.micro_batches} micro-batches"
+            if layout["ep"] > 1:
+                where += f", ep={layout['ep']}: the experts split over the dp ranks"
             where += ")"
         out.print(
             f"{run.graph.meta['name']} ({run.graph.meta['family']}, {n_params:,} parameters) on {run.cfg.task}: "

@@ -13,9 +13,9 @@ import torch
 from ..errors import SpecError
 
 KNOWN = ("dp", "tp")
-RUN = ("dp", "tp", "pp")
+RUN = ("dp", "tp", "pp", "ep")
 STARTED = False  # this process started a process group: it ends by ``end_process``
-NOT_RUN = {"ep": "expert", "cp": "context"}  # degrees the analyzer sizes; here only =1
+NOT_RUN = {"cp": "context"}  # degrees the analyzer sizes; here only =1
 
 
 def parse_layout(text: str) -> dict[str, int]:
@@ -35,6 +35,21 @@ def parse_layout(text: str) -> dict[str, int]:
                 "by specc train",
                 hint=f"--parallel dp=N,tp=N,pp=N ({key}=1)",
             )
+    if layout.ep > 1:  # experts sharded over the data-parallel ranks (specc.parallel.experts)
+        if layout.ep != layout.dp:
+            raise SpecError(
+                f"--parallel ep={layout.ep} with dp={layout.dp}: specc train shards the experts over the "
+                "data-parallel ranks, so ep must equal dp (experts replicated over groups of dp/ep ranks are "
+                "not run)",
+                hint=f"--parallel dp={layout.dp},ep={layout.dp}",
+            )
+        for key in ("tp", "pp"):
+            if getattr(layout, key) > 1:
+                raise SpecError(
+                    f"--parallel ep={layout.ep} with {key}={getattr(layout, key)}: expert parallelism is not "
+                    f"composed with {'tensor' if key == 'tp' else 'pipeline'} parallelism",
+                    hint=f"--parallel dp={layout.dp},ep={layout.ep} ({key}=1)",
+                )
     return {key: getattr(layout, key) for key in RUN}
 
 
@@ -59,8 +74,8 @@ def local_device(device: torch.device) -> torch.device:
 
 def describe(layout: dict[str, int]) -> str:
     """``dp=2,tp=1`` (and ``,pp=P`` when it pipelines)."""
-    pp = layout.get("pp", 1)
-    return f"dp={layout['dp']},tp={layout['tp']}" + (f",pp={pp}" if pp > 1 else "")
+    pp, ep = layout.get("pp", 1), layout.get("ep", 1)
+    return f"dp={layout['dp']},tp={layout['tp']}" + (f",pp={pp}" if pp > 1 else "") + (f",ep={ep}" if ep > 1 else "")
 
 
 def init_mesh(layout: dict[str, int], device: torch.device) -> Any:

@@ -178,7 +178,8 @@ def predict(run: Any, device_profile: str | None = None) -> list[dict[str, float
     virtual = pipe.virtual if pipe is not None else 1
     t = Training(zero=3 if dp > 1 else 0, micro_batch=micro, global_batch=cfg.batch, schedule=schedule,
                  virtual_stages=virtual if schedule == "interleaved-1f1b" else 1, attention="flash")  # fmt: skip
-    cost = analyze_layout(run.graph, Layout(tp=tp, pp=pp, dp=dp), training=t, is_training=True,
+    ep = getattr(run, "ep", 1)  # experts sharded over the dp ranks
+    cost = analyze_layout(run.graph, Layout(tp=tp, pp=pp, dp=dp, ep=ep), training=t, is_training=True,
                           seq=int(run.lengths[1]), dtype="fp32", device=device_profile)  # fmt: skip
     out = []
     for st in cost.stages:

@@ -66,6 +66,7 @@ class Run:
     pipeline: Any = None  # specc.parallel.pipeline.Pipeline when pp > 1 (``model``: this rank's share)
     resumed_optimizer: bool = False  # the optimizer state came from the resumed checkpoint
     measure: Any = None  # specc.parallel.report.Measurement: records the last step (train --report)
+    ep: int = 1  # expert parallel degree: MoE experts sharded over the dp ranks (specc.parallel.experts)
 
     @property
     def lengths(self) -> tuple[int, int]:
@@ -118,6 +119,7 @@ def setup(
     mesh: Any = None,
     shards: Any = None,
     pipeline: Any = None,
+    ep: int = 1,
 ) -> Run:
     """Build the task data, the model and the optimizer (``weights`` / ``vocab`` when resuming); with a
     ``mesh`` the model is parallelized over it and each dp rank trains on its rows of every global batch;
@@ -166,7 +168,7 @@ def setup(
                                   init=init, build=lambda s, d: M.build(s, d))  # fmt: skip
             model = pipe.root
         else:
-            model = parallelize(M.build(spec, torch.device("meta")), mesh, init=init)
+            model = parallelize(M.build(spec, torch.device("meta")), mesh, init=init, ep=ep)
         if weights is not None:
             materialize.load_full(model, weights)
         elif shards is not None:
@@ -175,7 +177,7 @@ def setup(
             load_into(model, shards)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    run = Run(spec, graph, cfg, model, optimizer, vocab, device, task=task, text=text, mesh=mesh, pipeline=pipe)
+    run = Run(spec, graph, cfg, model, optimizer, vocab, device, task=task, text=text, mesh=mesh, pipeline=pipe, ep=ep)
     if shards is not None:
         from ..parallel.checkpoint import load_optimizer
 

@@ -22,8 +22,10 @@ def default_device(name: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def new_run(spec: Any, cfg: TrainConfig, device: torch.device, mesh: Any = None, pipeline: Any = None) -> Run:
-    return setup(spec, cfg, device, mesh=mesh, pipeline=pipeline)
+def new_run(
+    spec: Any, cfg: TrainConfig, device: torch.device, mesh: Any = None, pipeline: Any = None, ep: int = 1
+) -> Run:
+    return setup(spec, cfg, device, mesh=mesh, pipeline=pipeline, ep=ep)
 
 
 def resume_run(
@@ -34,6 +36,7 @@ def resume_run(
     mesh: Any = None,
     trust_pickle: bool = False,
     pipeline: Any = None,
+    ep: int = 1,
 ) -> Run:
     """Continue a checkpoint: its spec, task and settings, with ``overrides`` (flags given) on top; with a
     ``mesh``, parallelized over it (any layout: checkpoints hold the single-process layout; a distributed
@@ -65,7 +68,7 @@ def resume_run(
     cfg = replace(TrainConfig(**saved), **{k: v for k, v in overrides.items() if v is not None})
     weights, shards = (None, folder) if folder is not None else (ck.weights, None)
     vocab = C.vocab_of(ck)
-    run = setup(ck.spec, cfg, device, weights=weights, vocab=vocab, mesh=mesh, shards=shards, pipeline=pipeline)
+    run = setup(ck.spec, cfg, device, weights=weights, vocab=vocab, mesh=mesh, shards=shards, pipeline=pipeline, ep=ep)
     if run.vocab != vocab:
         raise SpecError("the checkpoint's vocabulary does not match its task", file=str(path))
     if ck.step >= cfg.steps:
