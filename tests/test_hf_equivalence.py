@@ -224,10 +224,10 @@ def _hf_count_in_specc_terms(s: Saved) -> int:
     if s.case.family in ("bart", "marian"):
         target = getattr(c, "decoder_vocab_size", None) or c.vocab_size
         n += target  # final_logits_bias: an HF buffer, specc's lm_head.bias parameter
-    if s.case.family == "bart":
-        n -= 2 * 2 * c.d_model  # the 2 never-read offset rows of each learned position table
-        if not c.tie_word_embeddings:
-            n -= c.vocab_size * c.d_model  # untied BART keeps a `shared` table neither stack reads
+    # BART's 2 leading position rows are specc's position.offset rows; untied, it keeps a `shared` table
+    # neither stack reads
+    if s.case.family == "bart" and not c.tie_word_embeddings:
+        n -= c.vocab_size * c.d_model
     if s.case.family == "marian":
         n -= 2 * c.max_position_embeddings * c.d_model  # fixed sinusoids: frozen HF parameters, computed by specc
     return n

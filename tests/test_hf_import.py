@@ -26,9 +26,9 @@ def test_every_zoo_config_imports_with_hf_parameter_count(case, tmp_path: Path) 
     hf = model.num_parameters()
     d, vocab = case.config.get("d_model"), case.config.get("vocab_size")
     if case.family == "bart":
-        # HF counts 2 never-used offset rows per position table (and, untied, an unused `shared` table) but not the
-        # final_logits_bias buffer, which specc holds as lm_head.bias.
-        hf += -2 * 2 * d + vocab - (0 if case.config.get("tie_word_embeddings", True) else vocab * d)
+        # HF counts an unused `shared` table when untied (its 2 leading position rows are specc's offset rows) but
+        # not the final_logits_bias buffer, which specc holds as lm_head.bias.
+        hf += vocab - (0 if case.config.get("tie_word_embeddings", True) else vocab * d)
     if case.family == "marian":
         # HF counts its fixed sinusoid tables (frozen nn.Embedding) as parameters; specc computes them. The
         # final_logits_bias buffer is specc's lm_head.bias.

@@ -120,8 +120,8 @@ def test_the_table_builds_what_specc_interop_builds(tmp_path: Path, case: str) -
 
 @pytest.mark.parametrize("case_id", ["bart-tied", "bart-untied", "marian-shared", "marian-unshared"])
 def test_model_py_loads_encoder_decoder_checkpoints(tmp_path: Path, case_id: str) -> None:
-    """BART drops its 2 unused position rows; Marian's [sin | cos] layout becomes specc's interleaved one by
-    reordering every tensor along the residual stream (HOW's composed ``>interleave`` ops)."""
+    """BART keeps its 2 leading position rows (position.offset); Marian's [sin | cos] layout becomes specc's
+    interleaved one by reordering every tensor along the residual stream (HOW's composed ``>interleave`` ops)."""
     hf, folder = save(BY_ID[case_id], tmp_path)
     model_py = _model_py(import_hf(folder).spec, tmp_path / "model.py")
     text = (tmp_path / "model.py").read_text()

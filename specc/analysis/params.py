@@ -7,8 +7,8 @@ and the keys below say how the two differ (each 0 for everything else):
 
 - ``frozen``: tensors the reference counts as parameters but never trains, which specc computes instead
   (Marian's sinusoidal position tables, ``requires_grad=False`` in transformers);
-- ``unused``: rows and tables the reference stores but never reads (BART's 2 offset rows per learned position
-  table; the ``shared`` table of an untied BART);
+- ``unused``: tables the reference stores but never reads (the ``shared`` table of an untied BART; BART's 2
+  leading position rows are specc's ``position.offset`` rows, stored alike);
 - ``buffers``: specc parameters the reference holds as buffers (BART/Marian ``final_logits_bias``, specc's
   ``lm_head.bias``; for every spec, a MoE's ``score_bias``: DeepSeek-V3's ``e_score_correction_bias``, set by
   load balancing, not trained, a buffer in DeepSeek's and transformers' code).
@@ -30,7 +30,6 @@ from .costs import numel
 
 EMBEDDING_CATEGORIES = ("embed", "pos")  # token, type and position tables, patch projection, class token
 HEAD_CATEGORIES = ("lm_head", "head")
-BART_POSITION_OFFSET = 2  # transformers' BartLearnedPositionalEmbedding.offset
 _HF_SOURCE = re.compile(r"^\s*Hugging Face (\w+)")
 
 
@@ -119,8 +118,6 @@ def _reference_counts(g: LayerGraph, pc: ParamCounts) -> None:
     for op in g.ops():
         if op.kind == "sinusoidal_pos":  # Marian: a frozen max_position_embeddings × d_model table per stack
             pc.frozen += context * int(op.attrs.dim)
-        elif op.kind == "learned_pos" and arch == "BartForConditionalGeneration":
-            pc.unused += BART_POSITION_OFFSET * int(op.attrs.dim)
     decoder_embed = ops.get("decoder.embed")
     encoder_embed = ops.get("encoder.embed")
     untied = decoder_embed is not None and decoder_embed.attrs.tied_to is None

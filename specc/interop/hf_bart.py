@@ -1,6 +1,7 @@
 """BART (``BartForConditionalGeneration``) and Marian (``MarianMTModel``): config → encoder_decoder spec.
 
-BART: post-norm, learned positions stored with 2 unused leading rows (HF's ``offset``), a LayerNorm after the
+BART: post-norm, learned positions in a table with 2 leading rows (HF's ``offset``: ``position: {type: learned,
+offset: 2}``), a LayerNorm after the
 embeddings, optional sqrt(d_model) embedding scale, ``final_logits_bias``. Marian: the same without the
 embedding norm and with fixed sinusoidal positions. Split q/k/v → packed ``attn.qkv``; cross-attention k/v →
 packed ``cross_attn.kv``.
@@ -60,7 +61,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "attention": {"heads": heads, "mask": "padding"},
         "norm": {"type": "layernorm", "placement": "post", "eps": 1e-5, "embedding": not marian},
         "mlp": {"type": "classic", "hidden": hidden, "activation": cfg.activation("activation_function", "gelu")},
-        "position": "sinusoidal" if marian else "learned",
+        "position": "sinusoidal" if marian else {"type": "learned", "offset": BART_POSITION_OFFSET},
         "shared_embeddings": shared,
         "tie_embeddings": tie,
         "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": True},  # head: final_logits_bias
@@ -74,8 +75,6 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             "Marian's [sin | cos] position layout becomes specc's interleaved one by permuting the d_model axis of "
             "the weights on load (exact)"
         )
-    else:
-        cfg.notes.append("HF's position tables carry 2 never-read leading rows; they are dropped on load")
     if cfg.flag("scale_embedding", False):
         out["embedding_scale"] = "sqrt_d_model"
     return out
@@ -92,7 +91,7 @@ TABLE = Table(
         "lm_head.weight": "lm_head.weight",
         "lm_head.bias": ("squeeze", "final_logits_bias"),
         "decoder.embed.weight": "{p}decoder.embed_tokens.weight",
-        "{s}.pos.weight": (("rows", BART_POSITION_OFFSET), "{p}{s}.embed_positions.weight"),
+        "{s}.pos.weight": "{p}{s}.embed_positions.weight",
         "{s}.embed_norm.{k}": "{p}{s}.layernorm_embedding.{k}",
         "{s}.norm_f.{k}": "{p}{s}.layer_norm.{k}",
         "{s}.blocks.*.attn.qkv.{k}": ("cat", *(f"{_L}self_attn.{x}_proj.{{k}}" for x in "qkv")),
@@ -115,6 +114,8 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
     learned = g.op("encoder.pos").kind == "learned_pos" if "encoder.pos" in g.graph else False
     own, common = "{p}encoder.embed_tokens.weight", "{p}shared.weight"
     rows = {"encoder.embed.weight": [common, own] if shared else [own, common], **TABLE.rows}
+    if learned and not g.op("encoder.pos").attrs.offset:  # a spec without the leading rows: never read, dropped
+        rows["{s}.pos.weight"] = (("rows", BART_POSITION_OFFSET), "{p}{s}.embed_positions.weight")
     head = ("lm_head.weight",) if tied_head(g) else ()
     if shared:  # one table: shared, both stacks' embed_tokens and (tied) the head
         tied = (("{p}shared.weight", "{p}encoder.embed_tokens.weight", "{p}decoder.embed_tokens.weight", *head),)

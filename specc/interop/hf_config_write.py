@@ -522,6 +522,8 @@ def bart(s: Any, arch: str) -> dict[str, Any]:
     need(s.norm.type == "layernorm" and s.norm.placement == "post", ("norm",), "norms other than post-LayerNorm")
     need(s.norm.eps == 1e-5, ("norm", "eps"), "a LayerNorm eps other than 1e-5")
     need(s.position.type == ("sinusoidal" if marian else "learned"), ("position", "type"), "these positions")
+    # BART's table has 2 rows before position 0: a spec's own (offset 2) or, without them, written as zeros
+    need(s.position.offset in (0, 2) and not s.position.skip_padding, ("position",), "other position numbering")
     need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
     need(s.embedding_scale in (None, "sqrt_d_model"), ("embedding_scale",), "an embedding scale other than √D")
     cfg = {
