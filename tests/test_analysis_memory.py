@@ -62,3 +62,22 @@ def test_fused_attention_drops_quadratic_terms() -> None:
     assert big["activations"] > 2 * small["activations"]  # N² softmax output
     full = analyze("gpt2", seq=1024, training=True, recompute="full", crossover=False).memory
     assert full["activations_training"] < big["activations_fused"] < big["activations"]
+
+
+def test_sinks_and_alibi_costs() -> None:
+    """Sinks: one parameter per head and layer, scores materialised (the explicit softmax), one more softmax column
+    per row; ALiBi: no parameters, its [1, H, N, N] bias held beside the fused kernel, one add per score."""
+    base = {"name": "t", "kind": "decoder", "vocab_size": 96, "context": 64, "d_model": 64, "blocks": 2}
+    plain = specc.analyze({**base, "attention": {"heads": 4}}, seq=32, crossover=False).to_dict()
+    sinks = specc.analyze({**base, "attention": {"heads": 4, "sinks": True}}, seq=32, crossover=False).to_dict()
+    alibi = specc.analyze({**base, "attention": {"heads": 4}, "position": "alibi"}, seq=32, crossover=False).to_dict()
+    learned = 64 * 64  # alibi drops the learned position table
+    assert sinks["params"]["total"] - plain["params"]["total"] == 2 * 4
+    assert alibi["params"]["total"] == plain["params"]["total"] - learned
+    scores = 4 * 32 * 32 * 4  # B·H·N·N fp32 bytes of one layer
+    assert sinks["memory"]["attention_scores_fused"] == scores
+    assert alibi["memory"]["attention_scores_fused"] == plain["memory"]["attention_scores_fused"] + scores
+    softmax = lambda r: r["flops"]["forward"]["nonmatmul_by_category"]["softmax"]
+    assert softmax(sinks) - softmax(plain) == 2 * 5 * 4 * 32  # layers · SOFTMAX · heads · rows
+    assert softmax(alibi) - softmax(plain) == 2 * 4 * 32 * 32  # layers · one add per score
+    assert sinks["flops"]["forward"]["matmul"] == plain["flops"]["forward"]["matmul"]

@@ -24,6 +24,9 @@ UNIT_OFFSET = 1  # per weight element: the (1 + weight) of a unit-offset RMSNorm
 SOFTMAX = 5
 SCORE_SCALE = 1
 SOFTCAP = 3  # per capped element: cap · tanh(x / cap) = divide, tanh, multiply
+ALIBI = 1  # per score: the bias add (the bias itself is built once per call)
+SINK = SOFTMAX  # per (query row, head): the sink's logit is one more softmax column
+CLAMPED_SWIGLU = 8  # per hidden element: min, clamp (2), α·gate, σ, gate·σ, up + 1, product (GPT-OSS)
 
 # Elementwise activations, per element.
 ACTIVATION = {
@@ -67,9 +70,10 @@ CONVENTIONS = {
     ),
     "non_matmul": (
         "non-matmul FLOPs per element: layernorm 6 (+1 with β), rmsnorm 4 (+1 per weight with a unit offset), "
-        "softmax 5 + 1 for the 1/√D_H scale per score (+3 when the scores are soft-capped), softcap 3 (÷c, "
+        "softmax 5 + 1 for the 1/√D_H scale per score (+3 when the scores are soft-capped, +1 for an ALiBi bias; "
+        "5 per query row and head for an attention sink), softcap 3 (÷c, "
         "tanh, ×c), logit scale 1, gated shared expert 4 per gate (sigmoid) + 1 per element, relu 1, gelu 5, "
-        "gelu_tanh 9, silu 4, tanh 1, GLU product 1, residual add 1, "
+        "gelu_tanh 9, silu 4, tanh 1, GLU product 1, clamped SwiGLU 8 (GPT-OSS), residual add 1, "
         "bias 1, position add 1 (2-D: 2), rope 3 per rotated element, embedding scale 1; MoE combine 2 per "
         "(token, expert, channel), router softmax 5 per logit; RNN cells per unit and step: GRU 23, LSTM 30, "
         "Elman 4; transcendentals count 1; lookups, dropout (inference) and top-k selection count 0"

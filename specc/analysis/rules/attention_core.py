@@ -64,9 +64,11 @@ def attention_flops(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> 
         pairs = nq * ((ctx.kv_len - 1) % a.chunk + 1)
     full, useful = 2 * b * h * nq * nk * hd, 2 * b * h * pairs * hd
     per_score = C.SOFTMAX + C.SCORE_SCALE + (C.SOFTCAP if a.softcap else 0)
+    per_score += C.ALIBI if a.alibi_max_bias is not None else 0
+    sinks = C.SINK * b * h * nq if a.sinks else 0  # one more softmax column per row
     parts = [
         Flop("qk", matmul=full, matmul_useful=useful),
-        Flop("softmax", other=per_score * b * h * nq * nk, other_useful=per_score * b * h * pairs),
+        Flop("softmax", other=per_score * b * h * nq * nk + sinks, other_useful=per_score * b * h * pairs + sinks),
         Flop("av", matmul=full, matmul_useful=useful),
     ]
     if a.rope_dims:
@@ -88,14 +90,16 @@ def attention_memory(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) ->
         cached = min(nk, a.window)
     if not a.cross and a.mask == "chunked" and a.chunk:
         cached = min(nk, a.chunk)
-    # Soft-capped scores have no fused kernel (torch runs them on the explicit softmax): always materialised.
-    capped = bool(a.softcap)
+    # Soft-capped scores and sinks have no fused kernel (torch runs them on the explicit softmax): always
+    # materialised. ALiBi's fused kernel reads its bias as a [B | 1, H, N_q, N_k] mask, itself that large.
+    capped = bool(a.softcap) or a.sinks
+    bias = scores * ctx.bytes if a.alibi_max_bias is not None else 0
     return Mem(
         saved=saved,
         saved_fused=saved if capped else (q + k_v) * ctx.bytes + stats,
         io=(q + k_v + numel(out)) * ctx.bytes,
         scores=scores * ctx.bytes,
-        scores_fused=scores * ctx.bytes if capped else stats,
+        scores_fused=scores * ctx.bytes if capped else stats + bias,
         kv_cache=2 * b * cached * kv * hd * ctx.bytes,
     )
 

@@ -22,6 +22,8 @@ def moe_flops(a: MoEAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     swiglu = a.expert == "swiglu"
     bias = routed * (h * (2 if swiglu else 1) + d) * C.BIAS if a.bias else 0
     act = C.ACTIVATION[a.activation] + (C.GLU_PRODUCT if swiglu else 0)
+    if swiglu and a.clamp_limit is not None:
+        act = C.CLAMPED_SWIGLU
     router = C.SOFTMAX * t * e + (C.MOE_RENORMALISE * routed if a.normalize else 0)
     if a.score_bias:
         router += t * e  # the selection bias: one add per score
