@@ -87,18 +87,12 @@ def weight_read(model: torch.nn.Module, reps: int, idle: float) -> dict[str, flo
 
 def _decode_linears(model: torch.nn.Module) -> list[Callable[[], object]]:
     """One-row calls of every linear layer of the model in forward order, each through the module itself (so
-    through the kernel build_torch routed it to), the tied head with the matrix it is tied to."""
+    through the kernel build_torch routed it to; a tied head is one, its weight the embedding's)."""
     calls: list[Callable[[], object]] = []
-    graph = getattr(model, "graph", None)
-    for name, module in model.named_modules():
+    for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             x = torch.ones(1, 1, module.in_features)
             calls.append(lambda m=module, x=x: m(x))
-        elif type(module).__name__ == "TiedLinear" and graph is not None:
-            tied = graph.op(name).tied_to
-            weight = model.get_parameter(tied)
-            x = torch.ones(1, 1, weight.shape[1])
-            calls.append(lambda m=module, x=x, w=weight: m(x, w))
     return calls
 
 

@@ -79,21 +79,22 @@ def _inputs(g: LayerGraph, env: dict[str, int]) -> dict[str, Any]:
     return out
 
 
-def _counting(case: str) -> contextlib.ExitStack:
+def _counting(case: str, mode: str = "no_grad") -> contextlib.ExitStack:
     stack = contextlib.ExitStack()
-    stack.enter_context(torch.no_grad())
+    stack.enter_context(getattr(torch, mode)())  # no_grad | inference_mode: tied heads count under both
     stack.enter_context(sdpa_kernel(SDPBackend.MATH))
     if "lstm" in case:
         stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
     return stack
 
 
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_matmul_flops_equal_flop_counter(case: str) -> None:
+def test_matmul_flops_equal_flop_counter(case: str, mode: str) -> None:
     g, model = _setup(case)
     env = {"B": B, "N": N, "N_dec": N_DEC}
     expected = analyze(g, batch=B, seq=N, dec_seq=N_DEC, crossover=False).to_dict()["flops"]["forward"]["matmul"]
-    with _counting(case), FlopCounterMode(display=False) as counter:
+    with _counting(case, mode), FlopCounterMode(display=False) as counter:
         model(**_inputs(g, env))
     assert counter.get_total_flops() == expected
 

@@ -67,6 +67,9 @@ def test_forward_and_decode_step_flops_equal_flop_counter(case: Case, tmp_path: 
         with FlopCounterMode(display=False) as counter:
             model(ids)
         assert counter.get_total_flops() == forward
+        with torch.inference_mode(), FlopCounterMode(display=False) as counter:  # tied families included
+            model(ids)
+        assert counter.get_total_flops() == forward
         cache = model.start({"input_ids": ids[:, :PROMPT]}, max_len=32)
         model.step(cache, ids[:, :PROMPT])
         with FlopCounterMode(display=False) as counter:

@@ -119,6 +119,11 @@ def _state_dicts(model: torch.nn.Module, ref: torch.nn.Module, fresh: Any) -> di
     return out
 
 
+def _ties_held(model: torch.nn.Module) -> list[bool]:
+    """Per tie of the model: whether the tied module's weight IS the owner's parameter (a DTensor once split)."""
+    return [model.get_submodule(a.rpartition(".")[0]).weight is model.get_parameter(o) for a, o in model.TIED.items()]
+
+
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert set(a) == set(b)
     return max(float((a[k] - b[k]).abs().max()) for k in a)
@@ -199,6 +204,7 @@ def tp_case(family: str, ckpt: str) -> dict[str, Any]:
         "bytes": sum(t.numel() * t.element_size() for t in local.values()),
         "shapes": {n: tuple(t.shape) for n, t in local.items()},
         "all_dtensors": all(isinstance(p, DTensor) for p in model.parameters()),
+        "ties": _ties_held(model) + _ties_held(again),
     }
 
 
@@ -224,7 +230,7 @@ def dp_step_case(family: str, layout: tuple[int, int]) -> dict[str, Any]:
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
         opt.step()
     weights = _max_diff(full_state_dict(model), ref.state_dict())
-    return {"grads": grads, "weights": weights, "states": states}
+    return {"grads": grads, "weights": weights, "states": states, "ties": _ties_held(model)}
 
 
 # ------------------------------------------------------------------------------------------------ tests
@@ -253,6 +259,8 @@ def _check_tp(cli: Any, family: str, results: list[dict[str, Any]], folder: Path
     )
     assert code == 0, err
     analyzed = json.loads(out)["parallel"]["per_device"]["memory"]["weights"]
+    ties = sum(op.tied_to is not None for op in graph.ops())
+    assert ties == (family == "gpt")  # the head tied to the vocabulary-parallel embedding
     for rank, res in enumerate(results):
         assert res["bytes"] == per_device_weight_bytes(graph, tp=2, tp_rank=rank), (family, rank)
         assert res["bytes"] == analyzed, (family, rank)  # the analyzer's `parallel.per_device.memory.weights`
@@ -264,6 +272,7 @@ def _check_tp(cli: Any, family: str, results: list[dict[str, Any]], folder: Path
         assert res["grads"] < 1e-5, (family, rank, res["grads"])
         assert res["tokens_equal"], (family, rank)
         assert res["all_dtensors"], "every parameter is a DTensor on the tp mesh"
+        assert res["ties"] == [True] * 2 * ties, (family, rank)  # the split and the reloaded model keep them
         want = local_params(graph, 2, rank)
         assert res["shapes"] == want, (family, rank)
         assert res["bytes"] == 4 * sum(torch.Size(s).numel() for s in want.values())
@@ -282,6 +291,7 @@ def test_dp2_fsdp_gradients_and_one_step_equal_single_process() -> None:
         assert res["weights"] < 1e-6, res
         assert res["states"]["state_dict"] == res["states"]["full_state_dict"] == 0.0, res
         assert res["states"]["set_full"] < 1e-5 and res["states"]["loaded"] < 1e-5, res
+        assert res["ties"] == [True], "FSDP2 keeps the head's weight the embedding's parameter"
 
 
 @pytest.mark.slow

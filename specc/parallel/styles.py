@@ -27,9 +27,11 @@ from torch.distributed.tensor import (
 from torch.distributed.tensor.parallel import ParallelStyle
 
 
-def _distribute(module: nn.Module, mesh: DeviceMesh, placements: dict[str, Placement]) -> None:
+def _distribute(
+    module: nn.Module, mesh: DeviceMesh, placements: dict[str, Placement], skip: tuple[str, ...] = ()
+) -> None:
     for name, param in list(module.named_parameters(recurse=False)):
-        if isinstance(param, DTensor):
+        if isinstance(param, DTensor) or name in skip:
             continue
         place = placements.get(name, Replicate())
         dist = distribute_tensor(param.data, mesh, [place], src_data_rank=0)
@@ -37,9 +39,10 @@ def _distribute(module: nn.Module, mesh: DeviceMesh, placements: dict[str, Place
 
 
 class TiedHead(ParallelStyle):
-    """``TiedLinear(x, embedding.weight)`` with the embedding split by vocabulary rows: logits by vocabulary
-    shard, gathered so every rank returns all of them. The head's own bias is placed as ``bias`` (Shard(0) with
-    a split embedding, Replicate with a whole one)."""
+    """An ``nn.Linear`` whose weight IS the embedding's, the embedding split by vocabulary rows: logits by
+    vocabulary shard, gathered so every rank returns all of them. The weight is left to the embedding's style
+    (``Model.tie_weights`` makes it the embedding's DTensor again once both are applied); the head's own bias is
+    placed as ``bias`` (Shard(0) with a split embedding, Replicate with a whole one)."""
 
     def __init__(self, bias: Placement, inputs: Placement | None = None):
         super().__init__()
@@ -49,7 +52,7 @@ class TiedHead(ParallelStyle):
         return distribute_module(
             module,
             device_mesh,
-            lambda name, m, mesh: _distribute(m, mesh, {"bias": self.bias}),
+            lambda name, m, mesh: _distribute(m, mesh, {"bias": self.bias}, skip=("weight",)) if m is module else None,
             self._inputs,
             self._outputs,
         )

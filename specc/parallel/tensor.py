@@ -112,6 +112,7 @@ def apply_tensor_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh,
         sequence_plan(graph, tensor_plan(graph), plan)
         guard(model, mesh)
     parallelize_module(model, mesh, plan)
+    model.tie_weights()  # a tied head's weight: the embedding's DTensor (TiedHead left it alone)
     by_module: dict[str, dict[str, torch.Tensor]] = {}
     for name, order in packed_params(graph, tp).items():
         scope, _, local = name.rpartition(".")

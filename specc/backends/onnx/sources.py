@@ -233,20 +233,20 @@ class SeededSource(WeightSource):
 
         import torch
 
-        from ..torch.layers.model import init_rule
+        from ..torch.layers.model import init_rule, param_owner
         from ..torch.source import model_class
 
         with torch.device("meta"):
             model = model_class(self.graph)()
         out = []
-        for owner_name, owner in model.named_modules():
-            for local, param in owner.named_parameters(recurse=False):
-                name, rule, scale = f"{owner_name}.{local}".lstrip("."), init_rule(owner, local), 0.0
-                if rule == "rnn":
-                    scale = (owner.hidden_size if isinstance(owner, torch.nn.RNNBase) else owner.hidden) ** -0.5
-                elif rule == "normal":
-                    scale = model.META["residual_std" if re.match(model.RESIDUAL, name) else "init_std"]
-                out.append((name, tuple(param.shape), rule, scale))
+        for name, param in model.named_parameters():  # a tied parameter once, as init_weights walks them
+            owner, local = param_owner(model, name)
+            rule, scale = init_rule(owner, local), 0.0
+            if rule == "rnn":
+                scale = (owner.hidden_size if isinstance(owner, torch.nn.RNNBase) else owner.hidden) ** -0.5
+            elif rule == "normal":
+                scale = model.META["residual_std" if re.match(model.RESIDUAL, name) else "init_std"]
+            out.append((name, tuple(param.shape), rule, scale))
         return model, out
 
     def feed(self, feed: Feed) -> None:

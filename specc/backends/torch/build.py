@@ -12,7 +12,7 @@ from ...errors import SpecError
 from ...ir.graph import LayerGraph
 from ...ir.lower import lower
 from .layers import Model
-from .layers.model import init_rule
+from .layers.model import init_rule, param_owner
 from .memory import Need, check_fits, init_transient, param_bytes
 from .source import model_class
 from .weights import read_weights
@@ -137,7 +137,7 @@ def load_transient(weights: str | os.PathLike[str] | dict[str, torch.Tensor], dt
     return Need(0, max(0, stored + cast - kept), "the stored tensors beside their casts while they load")
 
 
-def _check_against_graph(model: torch.nn.Module, graph: LayerGraph) -> None:
+def _check_against_graph(model: Model, graph: LayerGraph) -> None:
     """The generated module must realise exactly the IR's parameters, initialised by the IR's rules."""
     got = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     want = {k: tuple(p.shape) for k, p in graph.params().items()}
@@ -146,14 +146,12 @@ def _check_against_graph(model: torch.nn.Module, graph: LayerGraph) -> None:
         raise AssertionError(f"torch backend parameters differ from the IR: {diff[:8]}")
     residual = re.compile(type(model).RESIDUAL)
     specs = graph.params()
-    for owner_name, owner in model.named_modules():
-        for local, _ in owner.named_parameters(recurse=False):
-            name = f"{owner_name}.{local}" if owner_name else local
-            rule = init_rule(owner, local)
-            if rule == "normal" and residual.match(name):
-                rule = "residual"
-            if rule != specs[name].init:
-                raise AssertionError(f"{name}: generated init rule {rule!r}, the IR says {specs[name].init!r}")
+    for name, _ in model.named_parameters():  # a tied parameter once, under its owner's name
+        rule = init_rule(*param_owner(model, name))
+        if rule == "normal" and residual.match(name):
+            rule = "residual"
+        if rule != specs[name].init:
+            raise AssertionError(f"{name}: generated init rule {rule!r}, the IR says {specs[name].init!r}")
 
 
 def example_inputs(graph: Any, batch: int = 1, length: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:

@@ -5,7 +5,7 @@
     restore(model)      # the plain module tree again (as model.plain(), which needs no import of this package)
 
 What it sets, each an instance-level ``Override`` (the module's type, parameters and state-dict keys unchanged):
-- the ``forward`` of every exact ``nn.Linear`` and tied head on the CPU: the kernel measured fastest for its
+- the ``forward`` of every exact ``nn.Linear`` (a tied head is one) on the CPU: the kernel measured fastest for its
   shape class on this machine (``kernels``: F.linear, oneDNN, a row-split GEMV or specc's native GEMV);
 - the model's ``step``: a one-token step after a prefill as one native call (``decode_native``), where measured
   faster and exactly equal; ``generate(compile=True)``: compiled decoding over a static cache (``compiled``).

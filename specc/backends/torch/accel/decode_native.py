@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from ..layers.rope import by_length
 from ..layers.state import KVCache
 from . import kernels_native
-from .modules import FastForward, TiedForward
+from .modules import FastForward
 
 # The one definition of the native program's vocabulary, held against decode_native.cpp (its ``enum Code``,
 # ``enum Fn`` and ``struct Op``) and the op catalogue by tests/test_registries.py:
@@ -358,7 +358,7 @@ def _not_as_built(model: nn.Module) -> str | None:
         if (
             name not in twin
             or type(m) is not type(twin[name])
-            or (forward is not None and type(forward) not in (FastForward, TiedForward))
+            or (forward is not None and type(forward) is not FastForward)
         ):
             return f"{name or 'the model'}: a {type(m).__module__}.{type(m).__name__}"
     return None

@@ -11,7 +11,7 @@ One job per file:
 - ``kernels_native``: building, caching and loading the native GEMV (``SPECC_NATIVE=0`` turns it off);
 - ``kernels_measure``: timing the candidates of a shape class on the call's own inputs, noise detection;
 - ``kernels_dispatch``: ``linear`` — which calls may be routed, the per-class decisions, re-measuring;
-- ``modules``: ``accelerate`` / ``restore`` of a model's ``nn.Linear`` layers and tied heads (the pass: ``accel``).
+- ``modules``: ``accelerate`` / ``restore`` of a model's ``nn.Linear`` layers (the pass: ``accel``).
 
 ``SPECC_KERNELS=torch`` (environment variable) forces plain ``F.linear`` everywhere and loads no native code;
 unset, ``auto`` or anything else measures. It is read when a shape class is first seen (after changing it in a

@@ -1,4 +1,4 @@
-"""Route a model's exact ``nn.Linear`` layers (and tied heads) through the measured ``linear``.
+"""Route a model's exact ``nn.Linear`` layers (a tied head is one) through the measured ``linear``.
 
 The module's type, parameters and state-dict keys are unchanged: only an instance-level ``forward`` (an
 ``Override``) is set, so subclasses and wrapped layers (quantized, LoRA, ...) are left alone; ``restore``
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..layers.embed import TiedLinear
 from ..layers.extras import Override
 from .kernels_dispatch import linear
 
@@ -24,24 +23,14 @@ class FastForward(Override):
         return linear(input, m.weight, m.bias)
 
 
-class TiedForward(Override):
-    """The ``forward`` of a head tied to the embedding: ``linear(x, weight, m.bias)``."""
-
-    __slots__ = ()
-
-    def __call__(self, x: Tensor, weight: Tensor) -> Tensor:
-        return linear(x, weight, self.module.bias)
-
-
 def accelerate(model: nn.Module) -> int:
-    """Route every submodule of type exactly ``nn.Linear`` (the model itself included) and every tied head
-    through ``linear``; return how many."""
+    """Route every submodule of type exactly ``nn.Linear`` (the model itself included) through ``linear``; return
+    how many."""
     count = 0
     for module in model.modules():
-        kind = FastForward if type(module) is nn.Linear else TiedForward if type(module) is TiedLinear else None
-        if kind is not None:
-            if not isinstance(module.__dict__.get("forward"), kind):
-                module.forward = kind(module)
+        if type(module) is nn.Linear:
+            if not isinstance(module.__dict__.get("forward"), FastForward):
+                module.forward = FastForward(module)
             count += 1
     return count
 
@@ -50,7 +39,7 @@ def restore(model: nn.Module) -> int:
     """Undo ``accelerate``: remove the instance-level forwards it set; return how many."""
     count = 0
     for module in model.modules():
-        if isinstance(module.__dict__.get("forward"), (FastForward, TiedForward)):
+        if isinstance(module.__dict__.get("forward"), FastForward):
             del module.forward
             count += 1
     return count

@@ -49,6 +49,11 @@ def residual_pattern(graph: LayerGraph) -> str:
     return f"^(?:{'|'.join(names)})$" if names else "$^"
 
 
+def tied_params(graph: LayerGraph) -> dict[str, str]:
+    """Parameter of a tied op → the parameter it is (the IR's ``tied_to``): the model's ``TIED`` table."""
+    return {f"{op.name}.weight": op.tied_to for op in graph.ops() if op.tied_to is not None}
+
+
 def model_source(graph: LayerGraph) -> GeneratedSource:
     meta = dict(graph.meta)
     task = meta["task"]
@@ -71,6 +76,8 @@ def model_source(graph: LayerGraph) -> GeneratedSource:
         params = "".join(f", {name}" for name in plan.params.values())
         lines += [f"    def __init__(self{params}):", "        super().__init__()"]
         lines += [f"        {line}" for line in w.init_lines(plan)]
+        if is_root and tied_params(graph):
+            lines.append("        self.tie_weights()  # each TIED weight IS its owner's Parameter")
         lines += ["", f"    def forward(self, {', '.join(w.forward_params(plan))}):"]
         lines += [f"        {line}" for line in w.forward_lines(plan)]
         chunks.append("\n".join(lines))
@@ -94,6 +101,7 @@ def _root_facts(graph: LayerGraph, meta: dict, step: str | None) -> list[str]:
         "",
         f"    INPUTS, OUTPUTS = {lit(tuple(graph.inputs))}, {lit(tuple(graph.outputs))}",
         f"    STEP_INPUT = {lit(step)}",
+        *([f"    TIED = {lit(tied_params(graph))}"] if tied_params(graph) else []),
         f"    RESIDUAL = {_long_raw(residual_pattern(graph))}",
         f"    META = {facts}",
         "",

@@ -23,7 +23,6 @@ class Call:
 
     module: str  # "self.qkv"
     args: list[str]  # one per op input, in order
-    weight: str | None = None  # the tied weight's expression (``tied_to``)
     state: str = "state"
 
 
@@ -81,31 +80,25 @@ ACTIVATION_MODULES = {
 }
 
 
-def _linear_call(op: Op, c: Call) -> str:
-    return f"{c.module}({c.args[0]}, {c.weight})" if op.attrs.tied_to else _module_call(op, c)
-
-
 def _linear_ctor(op: Op, a: Attr) -> str:
     bias = "" if op.attrs.bias else ", bias=False"
-    if op.attrs.tied_to:
-        return f"TiedLinear({a('out_features')}{', bias=True' if op.attrs.bias else ''})"
-    return f"nn.Linear({a('in_features')}, {a('out_features')}{bias})"
+    return f"nn.Linear({a('in_features')}, {a('out_features')}{bias})"  # tied: its weight is the owner's (TIED)
 
 
-_emits("linear", call=_linear_call, ctor=_linear_ctor, structural=("bias", "tied_to", "init"))
+_emits("linear", call=_module_call, ctor=_linear_ctor, structural=("bias", "init"))
 
 
 def _embedding_call(op: Op, c: Call) -> str:
     scale = float(op.attrs.scale)
-    x = f"F.embedding({c.args[0]}, {c.weight})" if op.attrs.tied_to else _module_call(op, c)
+    x = _module_call(op, c)
     return x if scale == 1.0 else f"scaled({x}, {scale!r})"  # the scale rounded to the model's dtype
 
 
 _emits(
     "embedding",
     call=_embedding_call,
-    ctor=lambda op, a: None if op.attrs.tied_to else f"nn.Embedding({a('vocab')}, {a('dim')})",
-    structural=("tied_to", "scale"),
+    ctor=lambda op, a: f"nn.Embedding({a('vocab')}, {a('dim')})",  # tied: its weight is the owner's (TIED)
+    structural=("scale",),
 )
 _emits(
     "type_embedding",

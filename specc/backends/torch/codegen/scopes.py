@@ -2,9 +2,10 @@
 
 Every dotted prefix of an op name is a scope (``blocks.3.attn``); a scope whose children are all numbered
 (``blocks``) is a container, realised as an ``nn.ModuleList``. A scope's *region* is its ops; its inputs are the
-values (and tied parameters, as ``param:<name>``) its ops read from outside, its outputs the values read
-outside or returned by the graph. Scopes with the same structure and wiring share one class; constructor
-attributes that differ between them become that class's parameters.
+values its ops read from outside (a tied parameter is not one: the tied module holds the owner's Parameter, see
+``Model.tie_weights``), its outputs the values read outside or returned by the graph. Scopes with the same
+structure and wiring share one class; constructor attributes that differ between them become that class's
+parameters.
 """
 
 from __future__ import annotations
@@ -50,11 +51,7 @@ def is_container(scope: Scope) -> bool:
 
 
 def op_reads(op: Op) -> list[str]:
-    reads = list(op.inputs)
-    tied = getattr(op.attrs, "tied_to", None)  # linear and embedding ops may read another op's weight
-    if tied:
-        reads.append(f"param:{tied}")
-    return reads
+    return list(op.inputs)
 
 
 def build_tree(graph: LayerGraph) -> Scope:
@@ -93,8 +90,7 @@ def _region_io(ops: list[Op], consumers: dict[str, list[str]], graph_outputs: se
     inputs: list[str] = []
     for op in ops:
         for v in op_reads(op):
-            owner = v[6:].rpartition(".")[0] if v.startswith("param:") else v
-            if owner not in names and v not in inputs:
+            if v not in names and v not in inputs:
                 inputs.append(v)
     outputs = [
         op.name for op in ops if op.name in graph_outputs or any(c not in names for c in consumers.get(op.name, []))
@@ -152,7 +148,7 @@ def signatures(scope: Scope, graph: LayerGraph, dynamic: set[str]) -> None:
         static = static and (unit.scope is not None or EMITTERS[unit.op.kind].ctor is not None)  # type: ignore[union-attr]
         if static:
             scope.static.add(unit.key)
-        wiring = tuple(refs.get(v) or ("own", scope.rel(v[6:])) for v in unit.inputs)
+        wiring = tuple(refs[v] for v in unit.inputs)
         if unit.op is not None:
             op = unit.op
             e = EMITTERS[op.kind]
@@ -170,9 +166,7 @@ def signatures(scope: Scope, graph: LayerGraph, dynamic: set[str]) -> None:
 
 
 def _input_kind(value: str, graph: LayerGraph) -> str:
-    if value in graph.inputs:
-        return value
-    return "param" if value.startswith("param:") else "value"
+    return value if value in graph.inputs else "value"
 
 
 def flat_attrs(scope: Scope) -> dict[tuple[str, str], Any]:

@@ -46,8 +46,6 @@ class Writer:
         for v in rep.inputs:
             if v in self.graph.inputs:
                 name = v
-            elif v.startswith("param:"):
-                name = f"{v[6:].rsplit('.', 2)[-2]}_weight"
             elif self._stack_of(v) is not None and self._stack_of(v) != rep.ops[0].stack:
                 name = "memory"  # a value from another stack: the encoder's output
             elif "x" not in names:
@@ -148,13 +146,8 @@ class Body:
             uses.setdefault(v, []).append(len(self.scope.units))
         self.uses = uses
 
-    # expressions of values that are parameters of this class's own modules
     def value(self, v: str) -> tuple[str, int]:
-        if v in self.env:
-            return self.env[v]
-        assert v.startswith("param:"), v
-        owner, _, local = v[6:].rpartition(".")
-        return f"self{attr_path(self.scope.rel(owner))}.{local}", 0
+        return self.env[v]
 
     def lines(self) -> list[str]:
         s, units = self.scope, self.scope.units
@@ -232,9 +225,7 @@ class Body:
                 vals[0] = (f"last_positions({vals[0][0]}, state)", vals[0][1] + 1)
             if op.kind == "linear" and self._feeds_jittered_router(op.name):
                 vals[0] = (f"self.{self._router_owner(op.name)}.route({vals[0][0]})", vals[0][1] + 1)
-            tied = getattr(op.attrs, "tied_to", None)
-            weight = self.value(f"param:{tied}")[0] if tied else None
-            expr = e.call(op, Call(f"self.{unit.key}", [v for v, _ in vals], weight))
+            expr = e.call(op, Call(f"self.{unit.key}", [v for v, _ in vals]))
             if static:
                 return f"reuse(state, self.{unit.key}, lambda: {expr})", 2
             return expr, e.depth + max((d for _, d in vals), default=0)

@@ -1,11 +1,10 @@
-"""Token, position, patch and class-token embeddings, the tied output head, and RMSNorm."""
+"""Token, position, patch and class-token embeddings, and RMSNorm."""
 
 from __future__ import annotations
 
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .state import State
@@ -68,21 +67,6 @@ class TypeEmbedding(nn.Embedding):
 
     def forward(self, x: Tensor, token_type_ids: Tensor | None = None) -> Tensor:  # type: ignore[override]
         return x + (self.weight[0] if token_type_ids is None else super().forward(token_type_ids))
-
-
-class TiedLinear(nn.Module):
-    """x @ weightᵀ (+ bias) with the weight of another module (a head tied to the token embedding)."""
-
-    def __init__(self, out_features: int, bias: bool = False):
-        super().__init__()
-        self.out_features = out_features
-        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
-
-    def forward(self, x: Tensor, weight: Tensor) -> Tensor:
-        return F.linear(x, weight, self.bias)
-
-    def extra_repr(self) -> str:
-        return f"out_features={self.out_features}, bias={self.bias is not None}, tied"
 
 
 class RMSNorm(nn.RMSNorm):

@@ -1,4 +1,10 @@
-"""The base of generated models: seeded initialisation, prefill and one-step decoding, generation."""
+"""The base of generated models: tied parameters, seeded initialisation, prefill and one-step decoding, generation.
+
+A tied head is a plain ``nn.Linear`` (a tied embedding a plain ``nn.Embedding``) whose ``weight`` IS the owner's
+Parameter, as Hugging Face ties them. ``TIED`` (parameter → the parameter it is: the IR's ``tied_to``) is applied
+by ``tie_weights`` after construction, ``to`` / ``to_empty`` and ``load_state_dict``; the state dict holds each
+tensor once, under the owner's name (the IR's parameter names), and loading takes either name or both.
+"""
 
 from __future__ import annotations
 
@@ -22,31 +28,61 @@ def init_rule(module: nn.Module, local: str) -> str:
     return "zeros" if local in ("bias", "score_bias") or local.startswith("b_") else "normal"
 
 
-class Model(nn.Module):
-    """Subclasses set the facts below and define ``forward``."""
+def param_owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:
+    """(the module holding parameter ``name``, its local name)."""
+    path, _, local = name.rpartition(".")
+    return model.get_submodule(path), local
 
+
+class Model(nn.Module):
+    """Subclasses set the facts below, define ``forward`` and end ``__init__`` with ``tie_weights()``."""
+
+    TIED: ClassVar[dict[str, str]] = {}  # parameter → the owner's parameter it IS (a head tied to the embedding)
     INPUTS: ClassVar[tuple[str, ...]] = ()  # forward's tensor arguments, as the graph names them (and OUTPUTS)
     OUTPUTS = INPUTS
     STEP_INPUT: str | None = None  # the input that grows by one token per generated token
     META: ClassVar[dict[str, Any]] = {}  # task, vocab_size, max_positions, init_std, residual_std, seed, ...
     RESIDUAL = r"$^"  # parameters initialised with std / sqrt(2 · layers)
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_state_dict_post_hook(_tied_names)
+        self.register_load_state_dict_pre_hook(_tied_names)
+        self.register_load_state_dict_post_hook(Model.tie_weights)
+
+    def tie_weights(self, *_: Any) -> None:
+        """Make each TIED parameter its owner's Parameter object (also after load_state_dict, whose ``assign``
+        gives each name a Parameter of its own, and after ``_apply``, which may replace them one by one)."""
+        for alias, owner in self.TIED.items():
+            if self.holds(alias):
+                setattr(*param_owner(self, alias), self.get_parameter(owner))
+
+    def holds(self, name: str) -> bool:
+        """Whether parameter ``name`` is one (not where a head was quantized into packed weights, or wrapped)."""
+        module, local = param_owner(self, name)
+        return isinstance(module._parameters.get(local), nn.Parameter)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> nn.Module:
+        super()._apply(fn, recurse)
+        self.tie_weights()
+        return self
+
     def init_weights(self, place: Any = None) -> nn.Module:
         """fp32 CPU draws from one seeded generator in parameter order; ``place(name, param, t)``: a shard's copy."""
         gen = torch.Generator().manual_seed(int(self.META["seed"]))
         with torch.no_grad():
-            for owner_name, owner in self.named_modules():
-                for local, param in owner.named_parameters(recurse=False):
-                    rule, t = init_rule(owner, local), torch.empty(param.shape)
-                    if rule in ("zeros", "ones"):
-                        t.fill_(float(rule == "ones"))
-                    elif rule == "rnn":
-                        bound = (owner.hidden_size if isinstance(owner, nn.RNNBase) else owner.hidden) ** -0.5
-                        t.uniform_(-bound, bound, generator=gen)
-                    else:
-                        residual = re.match(self.RESIDUAL, f"{owner_name}.{local}".lstrip("."))
-                        t.normal_(0.0, self.META["residual_std" if residual else "init_std"], generator=gen)
-                    param.copy_(t) if place is None else place(f"{owner_name}.{local}".lstrip("."), param, t)
+            for name, param in self.named_parameters():  # a tied parameter once, under its owner's name
+                owner, local = param_owner(self, name)
+                rule, t = init_rule(owner, local), torch.empty(param.shape)
+                if rule in ("zeros", "ones"):
+                    t.fill_(float(rule == "ones"))
+                elif rule == "rnn":
+                    bound = (owner.hidden_size if isinstance(owner, nn.RNNBase) else owner.hidden) ** -0.5
+                    t.uniform_(-bound, bound, generator=gen)
+                else:
+                    residual = re.match(self.RESIDUAL, name)
+                    t.normal_(0.0, self.META["residual_std" if residual else "init_std"], generator=gen)
+                param.copy_(t) if place is None else place(name, param, t)
         return self
 
     def start(self, inputs: dict[str, Tensor | None], max_len: int) -> KVCache:
@@ -99,3 +135,16 @@ class Model(nn.Module):
         finally:
             self.train(was_training)
         return tokens[:, :n]
+
+
+def _tied_names(model: Model, state: dict[str, Any], prefix: str, meta: Any, *loading: Any) -> None:
+    """As a state_dict post-hook: a tied tensor is saved once, under its owner's name. As a load_state_dict
+    pre-hook: either name of a tied pair fills both (the owner's tensor wins where both are given)."""
+    for alias, owner in model.TIED.items():
+        a, o = prefix + alias, prefix + owner
+        if not model.holds(alias):
+            continue
+        if not loading:
+            state.pop(a, None)
+        elif o in state or a in state:
+            state[a] = state[o] = state[o] if o in state else state[a]
