@@ -510,6 +510,7 @@ def build_pipeline(
                 stub.register_parameter(local, nn.Parameter(torch.empty(params[owner].shape, device="meta")))
                 copies[op.name] = owner
         _set(root, op.name, stub)
+    root.tie_weights()  # a tied head held here: its weight IS this rank's copy of the table (before FSDP2 sees it)
     root._pre_modules = [n for n in pre if _has_module(root, n)]
     root.__dict__["_active_chunk"] = None
     chunks = []
