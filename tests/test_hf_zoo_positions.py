@@ -1,7 +1,8 @@
-"""RoBERTa and DistilBERT imported from config.json compute the HF function: one test per family checks torch and
-ONNX (one fused attention node per layer) within 1e-4 of the logit scale on a padded batch, the analyzer's
-``params.total`` against ``num_parameters()``, export-hf back to the same class, and, for RoBERTa, that its
-position numbering (after the padding id, skipping padding) is what makes the left-padded row equal."""
+"""The families whose positions are numbered other than by index: RoBERTa and DistilBERT imported from config.json
+compute the HF function (one test per family: torch and ONNX with one fused attention node per layer within 1e-4
+of the logit scale on a padded batch, the analyzer's ``params.total`` against ``num_parameters()``, export-hf back
+to the same class; for RoBERTa, that its numbering after the padding id, skipping padding, is what makes the
+left-padded row equal), and OPT's offset table on a left-padded batch, where padded slots read row 1."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hf_families_zoo import FAMILY_BY_ID
 from test_hf_families import ATTENTION_OPS, RTOL_OF_SCALE
 from test_hf_zoo import STD, Case, save
 
@@ -135,3 +137,15 @@ def test_distilbert_matches_hf(tmp_path: Path, arch: str, head: str) -> None:
     assert specc.analyze(spec).to_dict()["params"]["total"] == hf.num_parameters()
     assert spec.head == head and spec.type_vocab_size == 0
     _exported_equal(hf, spec, weights, x, keep, tmp_path)
+
+
+def test_opt_left_padded_batch_matches_hf(tmp_path: Path) -> None:
+    """Left padding moves every real token's position (cumsum of the mask): OPT's rows follow it in torch and ONNX."""
+    case = FAMILY_BY_ID["opt-pre"]
+    hf, folder = save(case, tmp_path / "hf", std=STD)
+    spec, weights = import_hf(folder).spec, str(folder / "model.safetensors")
+    x = _batch(hf.config.vocab_size, hf.config.pad_token_id)
+    want, keep = _hf(hf, x), x["attention_mask"].bool()
+    with torch.no_grad():
+        _close(specc.build_torch(spec, weights=weights).run(dict(x)), want, keep, "opt torch")
+    _close(_onnx(spec, weights, x, tmp_path / "model.onnx"), want, keep, "opt onnx")
