@@ -126,3 +126,26 @@ def test_onnx_kv_cache_caches_the_latent_and_generates_as_hf(twin, case: Case, t
     want, _ = _hf_greedy(s, ids, 10)
     feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones_like(ids.numpy())}
     assert greedy(OrtModel.open(path, provider="cpu", threads=2), feeds, 10).tolist() == want.tolist()
+
+
+def test_the_example_spec_runs_alike_in_torch_and_the_absorbed_onnx_graph(tmp_path: Path) -> None:
+    """examples/mla/mla-moe.yaml (written from scratch): its KV cache is the latent + rotary key, and the ONNX
+    KV-cache graph (weight-absorbed form) computes the torch model's logits."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "mla" / "mla-moe.yaml"
+    r = specc.analyze(specc.load_spec(example), seq=100, crossover=False)
+    assert r.memory["kv_cache"] == 6 * 100 * (128 + 16) * 4
+    quick = ["vocab_size=512", "d_model=96", "blocks=2", "layer_pattern=[dense, moe]", "mlp.hidden=32"]
+    spec = specc.load_spec(example, [*quick, "mlp.shared.hidden=32", "layer_kinds.dense.mlp.hidden=128"])
+    model = specc.build_torch(spec)
+    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    ids = torch.randint(0, 512, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = model(ids).numpy()
+    path = specc.export_onnx(spec, tmp_path / "m.onnx", weights=weights, kv_cache=True)
+    sess = _session(path)
+    feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones_like(ids.numpy())}
+    for i in sess.get_inputs():
+        if i.name.startswith("past_key_values."):
+            feeds[i.name] = np.zeros((1, 1, 0, i.shape[3]), np.float32)
+    got = sess.run(["logits"], {k: v for k, v in feeds.items() if k in {i.name for i in sess.get_inputs()}})[0]
+    np.testing.assert_allclose(got, want, atol=1e-4 * max(1.0, float(np.abs(want).max())), rtol=0)

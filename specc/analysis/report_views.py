@@ -22,7 +22,8 @@ MEMORY_NOTES = {
     "attention_scores_materialized": "one layer's score matrix B·H·N_q·N_k",
     "attention_scores_materialized_all_layers": "all layers (what training keeps)",
     "attention_scores_fused": "fused kernel: B·H·N_q fp32 log-sum-exp per layer",
-    "kv_cache": "2·layers·kv_heads·D_H·N·B·bytes, N ≤ window / chunk per layer (RNN: encoder states, keys, state)",
+    "kv_cache": "2·layers·kv_heads·D_H·N·B·bytes, N ≤ window / chunk per layer (MLA: layers·(kv_rank + rope)·N·B·"
+    "bytes; RNN: encoder states, keys, state)",
     "inference_total": "weights + KV cache",
     "training_total": "weights + gradients + optimizer + activations",
 }

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .... import cache
-from ..layers.attention import AlibiAttention, SelfAttention
+from ..layers.attention import AlibiAttention, LatentAttention, SelfAttention
 from ..layers.generation import GenerationError
 from ..layers.state import KVCache, State
 
@@ -111,6 +111,8 @@ class CompiledDecoder:
         self.cores = [m for m in model.modules() if isinstance(m, SelfAttention)]
         if any(isinstance(m, AlibiAttention) for m in self.cores):  # its masks here are boolean; ALiBi's a bias
             raise GenerationError("compiled decoding does not take ALiBi attention; decode without compile")
+        if any(isinstance(m, LatentAttention) for m in model.modules()):  # its cache is the latent, not K/V slots
+            raise GenerationError("compiled decoding does not take latent attention (MLA); decode without compile")
         self.follow = model.META.get("positions_follow")
         self.kv: dict[nn.Module, tuple[Tensor, Tensor]] = {}
         self.max_len = 0  # of the buffers
