@@ -110,6 +110,55 @@ def test_pipeline_schedules_equal_the_single_process() -> None:
             assert 0.0 <= r["bubble"] < 1.0
 
 
+def dp_pp_cases() -> dict[str, dict[str, Any]]:
+    """dp=2 × pp=2 (4 ranks): FSDP2 shards each stage over its data-parallel pair; each rank trains on its
+    rows of the global batch, and the shards it holds equal the single process's rows of those tensors."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    import specc
+    from specc.parallel import data
+    from specc.parallel.pipeline import build_pipeline
+
+    out = {}
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+    for family, blocks, schedule, virtual in (("gpt", 3, "1f1b", 1), ("llama", 4, "interleaved-1f1b", 2)):
+        spec = _spec(family, blocks)
+        pipe = build_pipeline(spec, specc.lower(spec), mesh, schedule=schedule, virtual=virtual, micro_batches=2)
+        ref = specc.build_torch(spec)
+        opt = torch.optim.AdamW(pipe.root.parameters(), lr=1e-2, weight_decay=0.0)
+        ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.0)
+        losses = []
+        for step in range(2):
+            ids = torch.randint(0, 64, (8, 9), generator=torch.Generator().manual_seed(step))
+            x, y = ids[:, :-1], ids[:, 1:]
+            opt.zero_grad(set_to_none=True)
+            ref_opt.zero_grad(set_to_none=True)
+            mine = data.shard_rows(mesh, x, y)
+            loss, _ = pipe.train_step(*mine, -100, float(y.numel()), 2)
+            ref_loss = torch.nn.functional.cross_entropy(ref(x).flatten(0, 1), y.flatten())
+            ref_loss.backward()
+            losses.append((loss, float(ref_loss), pipe.clip_grad_norm(0.05)))
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
+            opt.step()
+            ref_opt.step()
+        with torch.no_grad():
+            full = {n: p.full_tensor() for n, p in pipe.root.named_parameters() if isinstance(p, DTensor)}
+            sharded = len(full) == len(list(pipe.root.parameters()))
+            weights = max(float((p - ref.get_parameter(n)).abs().max()) for n, p in full.items())
+        out[f"{family}/{schedule}"] = {"losses": losses, "weights": weights, "sharded": sharded}
+    return out
+
+
+def test_pipeline_composed_with_fsdp_over_dp_equals_the_single_process() -> None:
+    for r in spawn(4, dp_pp_cases):
+        for case, got in r.items():
+            assert got["sharded"], case  # every parameter is an FSDP2 shard over dp
+            for loss, ref_loss, norm in got["losses"]:
+                assert loss == pytest.approx(ref_loss, rel=1e-5) and norm > 0.05, case
+            assert got["weights"] < 1e-4, case
+
+
 def _spec_params(family: str, blocks: int) -> list[str]:
     import specc
 
@@ -131,6 +180,8 @@ def test_impossible_pipelines_are_refused_before_any_work() -> None:
         check_pipeline(g, 2, "interleaved-1f1b", 1, 3)
     with pytest.raises(SpecError, match="unknown"):
         check_pipeline(g, 2, "dualpipe", 1, 4)
+    with pytest.raises(SpecError, match="zero-bubble with dp=2"):
+        check_pipeline(g, 2, "zero-bubble", 1, 4, dp=2)
     from specc.spec.loader import load_spec
 
     encdec = specc.lower(load_spec("transformer-base", overrides=["blocks=2"]))

@@ -90,11 +90,17 @@ def chunk_plan(graph: LayerGraph, pp: int, virtual: int = 1) -> list[Chunk]:
     return out
 
 
-def check_pipeline(graph: LayerGraph, pp: int, schedule: str, virtual: int, micro_batches: int) -> None:
-    """Refuse, before any work, a pipeline this graph or torch's schedules cannot run."""
+def check_pipeline(graph: LayerGraph, pp: int, schedule: str, virtual: int, micro_batches: int, dp: int = 1) -> None:
+    """Refuse, before any work, a pipeline this graph or torch's schedules cannot run (``dp``: FSDP2 ranks)."""
     name = graph.meta.get("name", "the model")
     if schedule not in SCHEDULES:
         raise SpecError(f"--pipeline-schedule {schedule} is unknown", hint=f"use one of {', '.join(SCHEDULES)}")
+    if schedule == "zero-bubble" and dp > 1:
+        raise SpecError(
+            f"--pipeline-schedule zero-bubble with dp={dp}: its separate weight-gradient pass does not reach "
+            "FSDP2's sharded parameters (torch.distributed.pipelining computes no weight gradients for them)",
+            hint="with dp > 1 use gpipe, 1f1b or interleaved-1f1b",
+        )
     if virtual < 1:
         raise SpecError(f"--virtual-stages {virtual} must be at least 1")
     if virtual > 1 and schedule not in ("interleaved-1f1b", "zero-bubble"):
@@ -466,7 +472,7 @@ def build_pipeline(
             hint="use pp with dp (FSDP2) and tp=1, or tp with dp and pp=1",
         )
     pp = mesh["pp"].size()
-    check_pipeline(graph, pp, schedule, virtual, micro_batches)
+    check_pipeline(graph, pp, schedule, virtual, micro_batches, mesh["dp"].size() if "dp" in names else 1)
     if build is None:
         from ..backends.torch.build import build_torch
 

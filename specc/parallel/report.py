@@ -11,7 +11,8 @@ Measured on each rank, in its last training step:
 - weights, gradients, optimizer states: bytes of the tensors the rank holds (its shards: ``to_local``; the Adam
   moments ``exp_avg`` and ``exp_avg_sq``, the one-element step counters aside);
 - activations: the most bytes of tensors saved for the backward pass alive at once (``saved_tensors_hooks``:
-  each storage once, parameters excluded, released when autograd drops it);
+  each storage once, released when autograd drops it; parameters and views of them, FSDP2's gathered ones
+  included, are weights, not activations);
 - peak: CUDA ``max_memory_allocated``; on the CPU, the C heap's bytes in use (glibc ``mallinfo2``) sampled
   after every op by a dispatch mode, over what was in use when the step began, plus the tensors the step began
   with (weights, gradients, Adam moments): the tensors of one step, as the analyzer counts them;
@@ -63,6 +64,9 @@ class SavedTensors:
         self.exclude, self.live, self.now, self.peak = exclude, {}, 0, 0
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
+        base = t._base if t._base is not None else t
+        if isinstance(base, torch.nn.Parameter):  # a parameter (FSDP2's gathered one too), or a view of one
+            return t
         storage = _local(t).untyped_storage()
         key = storage.data_ptr()
         if key in self.exclude or storage.nbytes() == 0:
