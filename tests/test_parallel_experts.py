@@ -43,7 +43,8 @@ def ep_cases() -> dict[str, dict[str, Any]]:
     return {kind: ep_case(kind) for kind in ROUTING}
 
 
-def ep_case(kind: str) -> dict[str, Any]:
+def ep_case(kind: str, layout: tuple[int, int] = (2, 1)) -> dict[str, Any]:
+    """One rank of dp × tp (``layout``) with ep = dp; the global batch of 4 rows split over dp."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
@@ -52,7 +53,7 @@ def ep_case(kind: str) -> dict[str, Any]:
 
     spec = _spec(kind)
     ref = specc.build_torch(spec).train()
-    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("dp",))
+    mesh = init_device_mesh("cpu", layout, mesh_dim_names=("dp", "tp"))
     model = specc.parallelize(specc.build_torch(spec, device="meta"), mesh, ep=2).train()  # each rank its shards
     r = mesh["dp"].get_local_rank()
     out: dict[str, Any] = {"init": _max_diff(_whole(model.state_dict()), ref.state_dict())}
@@ -96,10 +97,15 @@ def ranks() -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("kind", list(ROUTING))
 def test_dp2_ep2_equals_the_single_process_moe(ranks: list[dict[str, Any]], kind: str) -> None:
-    for rank, res in enumerate(r[kind] for r in ranks):
+    check_ep([r[kind] for r in ranks], kind, "(Shard(dim=0),)")
+
+
+def check_ep(results: list[dict[str, Any]], kind: str, *placements: str) -> None:
+    """Each rank's ``ep_case`` numbers: the experts split as ``placements`` say, equal to one process."""
+    for rank, res in enumerate(results):
         where = (kind, rank, res)
         assert res["init"] == 0.0 and res["full_state_dict"] == 0.0, where  # state dicts: single-process tensors
-        assert res["expert_rows"] == [2] and res["expert_placements"] == ["(Shard(dim=0),)"], where  # 2 of 4
+        assert res["expert_rows"] == [2] and res["expert_placements"] == sorted(placements), where  # 2 of 4
         assert res["all_dtensors"], where
         assert res["logits"] < 1e-5, where
         assert res["grads"] < 1e-5 and res["no_grad"], where
@@ -137,7 +143,6 @@ def test_layouts_expert_parallelism_cannot_run_are_refused_before_any_work() -> 
     check_expert_parallel(moe, 2, 2)
     for args, message in (
         ((moe, 2, 4), r"ep=2 with dp=4: experts are sharded over the data-parallel ranks, so ep must equal dp"),
-        ((moe, 2, 2, 2), r"ep=2 with tp=2: expert parallelism is not composed with tensor parallelism"),
         ((specc.lower(_spec("top2", "mlp.experts=6")), 4, 4), r"has 6 experts, not divisible by ep=4"),
         ((specc.lower(specc.load_spec("gpt2", ["blocks=1"])), 2, 2), r"has no MoE layer: ep=2 has no experts"),
     ):
@@ -199,7 +204,7 @@ def test_expert_layouts_train_cannot_run_exit_2_before_any_work(cli, tmp_path) -
     args = ["train", "mixtral-8x7b", *MOE_SETS, "--task", "copy", "--steps", "2", "-o", tmp_path / "k"]
     for layout, sets, message in [
         ("dp=4,ep=2", [], "--parallel ep=2 with dp=4: specc train shards the experts over the data-parallel ranks"),
-        ("dp=2,tp=2,ep=2", [], "--parallel ep=2 with tp=2: expert parallelism is not composed with tensor"),
+        ("dp=2,pp=2,ep=2", [], "--parallel ep=2 with pp=2: expert parallelism is not composed with pipeline"),
         ("dp=2,ep=2", ["--set", "mlp.experts=3", "--set", "mlp.active=1"], "has 3 experts, not divisible by ep=2"),
     ]:
         code, _, err = cli(*args, *sets, "--parallel", layout)

@@ -294,13 +294,26 @@ def test_dp2_fsdp_gradients_and_one_step_equal_single_process() -> None:
         assert res["ties"] == [True], "FSDP2 keeps the head's weight the embedding's parameter"
 
 
+def four_cases() -> dict[str, Any]:
+    """One 4-process launch (start-up dominates): FSDP2 × tp for a dense model, and dp × tp × ep (the experts
+    split over dp and by hidden units over tp) for a top-2 MoE and a gated shared-expert MoE."""
+    from test_parallel_experts import ep_case
+
+    return {"dense": dp_step_case("llama", (2, 2)), **{kind: ep_case(kind, (2, 2)) for kind in ("top2", "shared")}}
+
+
 @pytest.mark.slow
 def test_dp2_by_tp2_on_four_processes_equals_single_process() -> None:
-    for res in spawn(4, dp_step_case, "llama", (2, 2)):
+    from test_parallel_experts import check_ep
+
+    ranks = spawn(4, four_cases)
+    for res in (r["dense"] for r in ranks):
         assert res["grads"] < 1e-5, res
         assert res["weights"] < 1e-5, res
         assert res["states"]["state_dict"] == res["states"]["full_state_dict"] == 0.0, res
         assert res["states"]["set_full"] < 1e-5 and res["states"]["loaded"] < 1e-5, res
+    for kind in ("top2", "shared"):
+        check_ep([r[kind] for r in ranks], kind, "(Shard(dim=0), Shard(dim=1))", "(Shard(dim=0), Shard(dim=2))")
 
 
 def test_plan_refuses_splits_that_do_not_divide_and_layouts_it_cannot_run() -> None:

@@ -78,9 +78,12 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init:
     from .experts import apply_expert_parallel, check_expert_parallel
 
     check_expert_parallel(graph, ep, dp.size() if dp is not None else 1, tp.size() if tp is not None else 1)
-    if tp is not None and tp.size() > 1:
-        apply_tensor_parallel(model, graph, tp, sequence=sequence_parallel)
-    experts = apply_expert_parallel(model, graph, dp) if ep > 1 and dp is not None else set()
+    split = tp is not None and tp.size() > 1
+    if split:
+        apply_tensor_parallel(model, graph, tp, sequence=sequence_parallel, experts=ep == 1)
+    experts = set()
+    if ep > 1 and dp is not None:
+        experts = apply_expert_parallel(model, graph, mesh if split else dp, tp if split else None)
     if dp is not None and dp.size() > 1:
         apply_fsdp(model, graph, dp, experts)
     model.mesh = mesh

@@ -6,7 +6,10 @@ split sizes).
   ``b_*``: a DTensor ``Shard(0)`` on the dp mesh, so state dicts, checkpoints and ``full_tensor()`` give the
   single-process ``[E, ...]`` tensors). Routers (their linears, a ``score_bias``) and everything else stay
   data-parallel (FSDP2); FSDP2 leaves the expert tensors alone (``ignored_params``). ``ep`` must be 1 or dp:
-  experts replicated over dp/ep groups (1 < ep < dp) and experts split over tp as well are refused.
+  experts replicated over dp/ep groups (1 < ep < dp) are refused. With tp, each expert is also split by
+  hidden units over tp (``Shard(0)`` on dp, the tp plan's split on tp, a DTensor on the ("dp", "tp") mesh):
+  every tp rank dispatches its copy of the tokens within its dp group and the partial outputs are summed
+  over tp.
 - Routing is the module's own (``MoE.select``: top-k softmax, normalized, sigmoid, group-limited, biased);
   dispatch takes only its (indices, weights), so any router runs under it.
 - Capacity: none. Every (token, expert) assignment is sent, whatever the load; no token is dropped, and the
@@ -28,11 +31,12 @@ import torch.distributed.nn.functional as dist_fn
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 from ..backends.torch.layers.moe import MoE
 from ..errors import SpecError
 from ..ir.graph import LayerGraph
+from .styles import _sum_grads
 
 
 def expert_tensors(op_params: Any) -> list[str]:
@@ -41,8 +45,8 @@ def expert_tensors(op_params: Any) -> list[str]:
 
 
 def check_expert_parallel(graph: LayerGraph, ep: int, dp: int, tp: int = 1) -> None:
-    """Refuse an ``ep`` this runtime cannot run, before any work: no MoE layer, ep ≠ 1 and ≠ dp, ep with tp,
-    or experts that ep does not divide."""
+    """Refuse an ``ep`` this runtime cannot run, before any work: no MoE layer, ep ≠ 1 and ≠ dp, or experts
+    that ep does not divide (with tp > 1 the experts' hidden units are checked by the tensor-parallel plan)."""
     if ep == 1:
         return
     name = graph.meta.get("name", "the model")
@@ -55,10 +59,6 @@ def check_expert_parallel(graph: LayerGraph, ep: int, dp: int, tp: int = 1) -> N
             "(experts replicated over groups of dp/ep ranks are not run)",
             hint=f"ep={dp} (or ep=1)",
         )
-    if tp > 1:
-        raise SpecError(
-            f"ep={ep} with tp={tp}: expert parallelism is not composed with tensor parallelism", hint="tp=1"
-        )
     for op in moes:
         if op.attrs["experts"] % ep:
             raise SpecError(
@@ -67,24 +67,41 @@ def check_expert_parallel(graph: LayerGraph, ep: int, dp: int, tp: int = 1) -> N
             )
 
 
-def apply_expert_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh) -> set[nn.Parameter]:
-    """Shard the experts of every MoE layer over the 1-D ``mesh`` (dp) in place; the expert parameters (for
-    FSDP2 to leave alone)."""
+def apply_expert_parallel(
+    model: nn.Module, graph: LayerGraph, mesh: DeviceMesh, tp: DeviceMesh | None = None
+) -> set[nn.Parameter]:
+    """Shard the experts of every MoE layer over the dp ranks in place; the expert parameters (for FSDP2 to
+    leave alone). ``mesh``: the 1-D dp mesh, or with ``tp`` the 2-D ("dp", "tp") mesh: each expert also
+    split by hidden units over tp, as the tensor-parallel plan splits them (``plan.split_axis``)."""
+    from .plan import Rule, split_axis
+
     sharded: set[nn.Parameter] = set()
     for op in graph.ops():
         if op.kind != "moe":
             continue
+        if tp is not None and op.attrs.get("bias"):
+            raise SpecError(f"{op.name}: tensor parallelism of experts with biases is not supported", hint="tp=1")
         module = model.get_submodule(op.name)
         assert isinstance(module, MoE)
         names = expert_tensors(op.params)
-        for local in names:
+        for local in op.params:
             param = getattr(module, local)
-            split = distribute_tensor(param.data, mesh, [Shard(0)], src_data_rank=None if param.is_meta else 0)
-            new = nn.Parameter(split, requires_grad=param.requires_grad)
+            src = None if param.is_meta else 0
+            if local in names:
+                axis = split_axis(Rule("experts"), local) if tp is not None else None
+                places = [Shard(0)] if tp is None else [Shard(0), Replicate() if axis is None else Shard(axis)]
+                value = distribute_tensor(param.data, mesh, places, src_data_rank=src)
+            elif tp is not None:  # the router's selection bias: whole on every tp rank, as in the tp plan
+                value = distribute_tensor(param.data, tp, [Replicate()], src_data_rank=src)
+            else:
+                continue
+            new = nn.Parameter(value, requires_grad=param.requires_grad)
             module.register_parameter(local, new)
-            sharded.add(new)
+            if local in names:
+                sharded.add(new)
         module.__class__ = ExpertParallelMoE
-        module.ep_mesh, module.ep_names = mesh, names
+        module.ep_mesh = mesh["dp"] if tp is not None else mesh
+        module.tp_mesh, module.ep_names = tp, names
     return sharded
 
 
@@ -128,31 +145,39 @@ def dispatch_combine(tokens: Tensor, chosen: Tensor, weights: Tensor, experts: i
 
 
 class ExpertParallelMoE(MoE):
-    """``MoE`` whose expert tensors are this rank's shard (``Shard(0)`` on ``ep_mesh``)."""
+    """``MoE`` whose expert tensors are this rank's shard (``Shard(0)`` on ``ep_mesh``; with ``tp_mesh`` also
+    split by hidden units, so this rank's output is a partial sum over tp, as ``styles.LocalParams`` does it)."""
 
     ep_mesh: DeviceMesh
+    tp_mesh: DeviceMesh | None
     ep_names: list[str]
 
     def forward(self, x: Tensor, router_logits: Tensor) -> Tensor:
         group = self.ep_mesh.get_group()
-        n = self.ep_mesh.size()
+        n, tp = self.ep_mesh.size(), self.tp_mesh
+        if tp is not None:  # every tp rank's partial result reads x and the gates: their gradients summed
+            x, router_logits = _sum_grads(x, tp), _sum_grads(router_logits, tp)
         tokens = x.reshape(-1, self.dim)
         weights, chosen, probs = self.select(router_logits)
         self._balance(chosen, probs, group)
         local = {}
-        for name in self.ep_names:  # this rank's experts, their gradients scaled as FSDP2's mean over dp
-            param = self._parameters[name]
-            assert isinstance(param, DTensor)
-            local[name] = _ScaleGrad.apply(param.to_local(), 1.0 / n)
-        self.__dict__.update(local)  # instance attributes shadow the parameters for expert()
+        for name, param in self._parameters.items():
+            if isinstance(param, DTensor):  # this rank's experts, their gradients scaled as FSDP2's dp mean
+                local[name] = _ScaleGrad.apply(param.to_local(), 1.0 / n) if name in self.ep_names else param.to_local()
+        self.__dict__.update(local)  # instance attributes shadow the parameters for expert() and select()
         try:
             out = dispatch_combine(tokens, chosen, weights.to(x.dtype), self.experts, group, self._run)
         finally:
-            for name in self.ep_names:
+            for name in local:
                 self.__dict__.pop(name, None)
         # every local expert tensor joins the graph, also when no token chose it: the same gradients on every
         # rank (clipping and the optimizer run collectives over them)
-        out = out + sum(t.reshape(-1)[:1].sum() for t in local.values()) * 0.0
+        out = out + sum(local[name].reshape(-1)[:1].sum() for name in self.ep_names) * 0.0
+        if tp is not None:
+            out = DTensor.from_local(out, tp, [Partial()], run_check=False).redistribute(tp, [Replicate()]).to_local()
+            if isinstance(self.aux_loss, Tensor):  # the same on every tp rank, and its gradient summed over tp
+                share = self.aux_loss / tp.size()
+                self.aux_loss = share + (self.aux_loss - share).detach()
         return out.reshape(x.shape)
 
     def _run(self, rows: Tensor, sizes: list[int]) -> Tensor:

@@ -43,13 +43,12 @@ def parse_layout(text: str) -> dict[str, int]:
                 "not run)",
                 hint=f"--parallel dp={layout.dp},ep={layout.dp}",
             )
-        for key in ("tp", "pp"):
-            if getattr(layout, key) > 1:
-                raise SpecError(
-                    f"--parallel ep={layout.ep} with {key}={getattr(layout, key)}: expert parallelism is not "
-                    f"composed with {'tensor' if key == 'tp' else 'pipeline'} parallelism",
-                    hint=f"--parallel dp={layout.dp},ep={layout.ep} ({key}=1)",
-                )
+        if layout.pp > 1:
+            raise SpecError(
+                f"--parallel ep={layout.ep} with pp={layout.pp}: expert parallelism is not composed with "
+                "pipeline parallelism",
+                hint=f"--parallel dp={layout.dp},tp={layout.tp},ep={layout.ep} (pp=1)",
+            )
     return {key: getattr(layout, key) for key in RUN}
 
 

@@ -68,9 +68,12 @@ def _style(rule: Rule, tied: bool) -> ParallelStyle | None:
     return None
 
 
-def apply_tensor_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh, sequence: bool = False) -> None:
+def apply_tensor_parallel(
+    model: nn.Module, graph: LayerGraph, mesh: DeviceMesh, sequence: bool = False, experts: bool = True
+) -> None:
     """Split ``model`` (built from ``graph``) over the 1-D ``mesh`` by the IR's plan, in place; ``sequence``:
-    the residual stream between blocks split by positions too (``specc.parallel.sequence``)."""
+    the residual stream between blocks split by positions too (``specc.parallel.sequence``); ``experts=False``:
+    the MoE layers are left to expert parallelism (``specc.parallel.experts`` splits them over dp and tp)."""
     tp = mesh.size()
     check_tensor_parallel(graph, tp)
     with torch.no_grad():
@@ -85,6 +88,8 @@ def apply_tensor_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh,
                 f"{name}: an embedding shared between stacks is not supported with tensor parallelism",
                 hint="--set shared_embeddings=false, or tp=1",
             )
+        if op.kind == "moe" and not experts:
+            continue
         module = model.get_submodule(name)
         if op.kind == "attention":
             module.heads, module.kv_heads = rule.parts[0] // tp, rule.parts[1] // tp
@@ -103,8 +108,9 @@ def apply_tensor_parallel(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh,
                 raise SpecError(f"{name}: tensor parallelism of experts with biases is not supported", hint="tp=1")
             style = LocalParams(placements, partial=rule.style == "experts", own=rule.style == "head_norm")
         plan[name] = style
+    moe = {op.name for op in graph.ops() if op.kind == "moe"} if not experts else set()
     for pname, _ in model.named_parameters():  # every parameter is an IR op's: none stays a plain tensor
-        if pname.rpartition(".")[0] not in plan:
+        if pname.rpartition(".")[0] not in plan and pname.rpartition(".")[0] not in moe:
             raise AssertionError(f"{pname}: no tensor-parallel rule")
     if sequence:
         from .sequence import guard, sequence_plan
