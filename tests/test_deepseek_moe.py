@@ -149,3 +149,20 @@ def test_routing_rules_are_located(tmp_path: Path, router: str, line: int, messa
         load_spec(path)
     (d,) = e.value.diagnostics
     assert (d.line, d.col) == (line, 5) and d.message.startswith(message)
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_mla_and_deepseek_routing_trace_and_export() -> None:
+    """jit.trace and torch.export take a latent-attention model with group-limited routing (static shapes)."""
+    spec = _spec(V3)
+    spec["attention"] = {
+        "heads": 4,
+        "latent": {"kv_rank": 16, "q_rank": 24, "rope_head_dim": 8, "nope_head_dim": 12, "v_head_dim": 10},
+    }
+    model = specc.build_torch(spec, accelerate=False)
+    ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = model(ids)
+        traced = torch.jit.trace(model, (ids,), check_trace=False)
+    torch.testing.assert_close(traced(ids), want)
+    torch.testing.assert_close(torch.export.export(model, (ids,)).module()(ids), want)

@@ -93,6 +93,8 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     moe_layers = [i >= first_dense for i in range(n)] if experts else [False] * n
     mlp: dict[str, Any] = dense
     if any(moe_layers):
+        if mlp_bias:
+            raise cfg.refuse("mlp_bias", "biases with MoE layers are not supported: transformers' experts have none")
         hidden = cfg.positive_int("moe_intermediate_size")
         mlp = {
             "type": "moe",

@@ -276,7 +276,7 @@ class LatentAttention(AttentionCore):
         return torch.matmul(y, w_uv.transpose(1, 2)).transpose(1, 2).flatten(2)  # (B, N, H·v)
 
     def product(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
-        gqa = k.shape[1] != q.shape[1]  # the absorbed form's one K/V head
+        gqa = bool(k.shape[1] != q.shape[1])  # the absorbed form's one K/V head (a constant when traced)
         return F.scaled_dot_product_attention(q, k, v, mask, p, causal, scale=self.scale, enable_gqa=gqa)
 
     def extra_repr(self) -> str:

@@ -107,8 +107,8 @@ class MoE(nn.Module):
             if self.groups > 1:  # keep the experts of the top_groups best groups (DeepSeek)
                 grouped = choice.view(-1, self.groups, self.experts // self.groups)
                 best = grouped.max(-1).values if self.group_score == "max" else grouped.topk(2, -1).values.sum(-1)
-                keep = torch.zeros_like(best, dtype=torch.bool).scatter(1, best.topk(self.top_groups, -1).indices, True)
-                choice = choice.masked_fill(~keep.repeat_interleave(self.experts // self.groups, 1), float("-inf"))
+                keep = torch.zeros_like(best).scatter(1, best.topk(self.top_groups, -1).indices, 1.0)  # traceable
+                choice = choice.masked_fill(keep.repeat_interleave(self.experts // self.groups, 1) == 0, float("-inf"))
             chosen = choice.topk(self.active, -1).indices
             weights = probs.gather(1, chosen)
         if self.normalize:
