@@ -331,6 +331,18 @@ FAMILY_CASES = [
             eos_token_id=2,
         ),
     ),
+    Case(
+        "granite-multipliers",
+        "GraniteForCausalLM",
+        dict(
+            _QWEN,
+            embedding_multiplier=2.0,
+            attention_multiplier=0.25,
+            residual_multiplier=0.5,
+            logits_scaling=4.0,
+            pad_token_id=0,
+        ),
+    ),
 ]
 FAMILY_BY_ID = {c.id: c for c in FAMILY_CASES}
 

@@ -32,6 +32,11 @@ HUB: dict[str, tuple[str, str, dict[str, Any]]] = {
     "exaone4": ("Exaone4ForCausalLM", "Exaone4Config", dict(_D, sliding_window=8, sliding_window_pattern=2)),
     "cohere": ("CohereForCausalLM", "CohereConfig", dict(_D, logit_scale=0.125)),  # theta: 5e5
     "cohere2": ("Cohere2ForCausalLM", "Cohere2Config", dict(_D, sliding_window=8, sliding_window_pattern=2)),
+    "granite": (
+        "GraniteForCausalLM",
+        "GraniteConfig",
+        dict(_D, rope_theta=1e5, residual_multiplier=0.22, logits_scaling=8.0, embedding_multiplier=12.0),
+    ),
 }
 
 

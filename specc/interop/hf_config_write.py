@@ -551,6 +551,21 @@ def bart(s: Any, arch: str) -> dict[str, Any]:
     return cfg
 
 
+def granite(s: Any) -> dict[str, Any]:
+    """Llama with multipliers on the embeddings, the scores, each residual branch and (divided) the logits."""
+    need(s.norm.type == "rmsnorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-RMSNorm")
+    need(not s.norm.unit_offset and s.parallel == "none", ("norm",), "(1 + w) norms or a parallel block")
+    need(s.embedding_scale != "sqrt_d_model", ("embedding_scale",), "an embedding scale of √D (Granite's is a number)")
+    _plain_attention(s, "scale", "logit_scale")
+    need(_one_window(s) is None, ("attention", "mask"), "sliding windows")
+    need(_bias(s, "qkv") == _bias(s, "out"), ("bias",), "q/k/v biases without an output bias")
+    cfg = {**_sizes(s), "rms_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings, **_swiglu(s.mlp)}
+    cfg.update(attention_bias=_bias(s, "qkv"), mlp_bias=_bias(s, "mlp"), rope_parameters=rope_parameters(s.position))
+    cfg.update(attention_multiplier=s.attention.scale or cfg["head_dim"] ** -0.5, residual_multiplier=s.residual_scale)
+    cfg.update(embedding_multiplier=s.embedding_scale or 1.0, logits_scaling=1.0 / s.output.scale)
+    return cfg
+
+
 def starcoder2(s: Any) -> dict[str, Any]:
     need(s.norm.type == "layernorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-LayerNorm")
     need(_bias(s, "norm"), ("bias", "norm"), "LayerNorms without bias")
@@ -738,6 +753,7 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "CohereForCausalLM": ("cohere", lambda s: cohere(s, "CohereForCausalLM")),
     "Cohere2ForCausalLM": ("cohere2", lambda s: cohere(s, "Cohere2ForCausalLM")),
     "Starcoder2ForCausalLM": ("starcoder2", starcoder2),
+    "GraniteForCausalLM": ("granite", granite),
     "Phi3ForCausalLM": ("phi3", phi3),
     "PhiForCausalLM": ("phi", phi),
     "GPTNeoXForCausalLM": ("gpt_neox", neox),
@@ -782,6 +798,7 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "CohereForCausalLM",
         "Cohere2ForCausalLM",
         "Starcoder2ForCausalLM",
+        "GraniteForCausalLM",
         "Phi3ForCausalLM",
         "PhiForCausalLM",
         "GPTNeoXForCausalLM",

@@ -69,12 +69,6 @@ ROWS: tuple[Missing, ...] = (
         lambda d: d.get("use_qk_norm", True) is not False,
     ),
     Missing(
-        "a residual multiplier (residual_multiplier) is not supported",
-        ("GraniteForCausalLM",),
-        ("residual_multiplier",),
-        lambda d: d.get("residual_multiplier", 1.0) != 1.0,
-    ),
-    Missing(
         "two-sided local attention windows alternating with global layers (local_attention) are not supported",
         ("ModernBertModel", "ModernBertForMaskedLM"),
         ("global_attn_every_n_layers", "layer_types", "local_attention", "model_type"),

@@ -16,6 +16,7 @@ from . import (
     hf_gpt2,
     hf_gpt_oss,
     hf_gptj,
+    hf_granite,
     hf_llama,
     hf_mpt,
     hf_neox,
@@ -48,6 +49,7 @@ FAMILIES: tuple[Family, ...] = (
     hf_exaone4.FAMILY,
     hf_cohere.FAMILY,
     hf_starcoder2.FAMILY,
+    hf_granite.FAMILY,
     hf_neox.FAMILY,
     hf_gptj.FAMILY,
     hf_bloom.FAMILY,  # before Falcon: it shares Falcon's names and adds an embedding norm
@@ -83,6 +85,7 @@ DEFAULT_ARCHITECTURE = {
     "cohere": "CohereForCausalLM",
     "cohere2": "Cohere2ForCausalLM",
     "starcoder2": "Starcoder2ForCausalLM",
+    "granite": "GraniteForCausalLM",
     "gpt_neox": "GPTNeoXForCausalLM",
     "gptj": "GPTJForCausalLM",
     "falcon": "FalconForCausalLM",

@@ -339,6 +339,13 @@ class _Transformer(_Base):
         description="multiply token embeddings by this, rounded to the model's dtype (original Transformer, "
         "Gemma: sqrt_d_model)",
     )
+    residual_scale: float = Field(
+        1.0,
+        gt=0,
+        le=1e4,
+        description="each sublayer's output joins the residual stream multiplied by this: x + scale · f(x) (Granite's "
+        "residual_multiplier)",
+    )
     parallel: Literal["none", "shared_norm", "separate_norms"] = Field(
         "none",
         description="none: sequential sublayers; shared_norm (GPT-J, Phi-2, Falcon-7B): h = norm1(x), "

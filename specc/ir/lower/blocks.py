@@ -226,6 +226,9 @@ def _shared_expert(c: Context, p: str, x: str, routed: str, layer: int) -> str:
 
 
 def _residual(c: Context, name: str, x: str, branch: str, layer: int) -> str:
+    scale = c.spec.residual_scale
+    if scale != 1.0:  # Granite: x + residual_multiplier · f(x)
+        branch = c.g.add("scale", f"{name}_scale", [branch], "residual", layer=layer, stack=c.stack, factor=scale)
     return c.g.add("add", name, [x, branch], "residual", layer=layer, stack=c.stack, dropout=c.spec.dropout.residual)
 
 
