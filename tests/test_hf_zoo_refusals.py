@@ -167,3 +167,12 @@ def test_an_unsupported_class_is_refused_naming_the_missing_feature_at_its_line(
 def test_every_row_of_the_table_is_exercised_by_a_zoo_class() -> None:
     for row in ROWS:
         assert set(row.architectures) & set(ZOO), f"no zoo class has {row.feature!r}"
+
+
+def test_the_command_prints_one_located_line_and_exits_2(cli, tmp_path: Path) -> None:
+    config_cls, fields, words, key = ZOO["WhisperForConditionalGeneration"]
+    path = _saved(tmp_path, "WhisperForConditionalGeneration", config_cls, fields)
+    code, _, err = cli("import-hf", path, "-o", tmp_path / "spec.yaml")
+    assert code == 2 and "Traceback" not in err and not (tmp_path / "spec.yaml").exists()
+    first = err.strip().splitlines()[0]
+    assert first.startswith(f"{path}:{_line(path, key)}:") and f"error: {key}: " in first and words in first
