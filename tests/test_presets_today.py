@@ -3,6 +3,7 @@ allocating), and each preset is what ``specc import-hf`` makes of its source's r
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -53,6 +54,26 @@ def test_gpt_oss_active_counts(preset: str, active: float) -> None:
     s = load_spec(preset)
     assert round((p.active - s.vocab_size * s.d_model) / 1e7) == round(active / 1e7)
     assert p.total - p.active == p.by_category["mlp"] * (s.mlp.experts - s.mlp.active) // s.mlp.experts
+
+
+def test_kimi_k2_style_config_imports_with_transformers_count(tmp_path: Path) -> None:
+    """Kimi K2 is DeepSeek-V3's architecture (its config.json: model_type kimi_k2, DeepseekV3ForCausalLM) with
+    other sizes: 64 heads, 384 experts in one group, one dense layer. specc counts what transformers builds."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    data = dict(copy.deepcopy(HUB_CONFIGS["deepseek-v3"]), model_type="kimi_k2")  # transformers edits rope_scaling
+    data.update(num_attention_heads=64, num_key_value_heads=64)
+    data.update(n_routed_experts=384, n_group=1, topk_group=1, first_k_dense_replace=1, vocab_size=163840)
+    data.update(routed_scaling_factor=2.827, rope_theta=50000.0)
+    del data["architectures"]  # found from model_type
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    spec = import_hf(path).spec
+    skip = {"model_type", "transformers_version", "torch_dtype"}
+    with torch.device("meta"):
+        cls = transformers.DeepseekV3ForCausalLM
+        model = cls(cls.config_class(**{k: v for k, v in data.items() if k not in skip}))
+    assert analyze(spec, crossover=False).params.total == model.num_parameters() > 10**12
 
 
 @pytest.mark.parametrize(("preset", "count"), PUBLISHED.items())

@@ -182,7 +182,7 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
 FAMILY = Family(
     "DeepSeek",
     ("DeepseekV2ForCausalLM", V3),
-    ("deepseek_v2", "deepseek_v3"),
+    ("deepseek_v2", "deepseek_v3", "kimi_k2"),  # Kimi K2's config.json names DeepseekV3ForCausalLM
     ("decoder",),
     spec,
     detect,

@@ -94,6 +94,7 @@ DEFAULT_ARCHITECTURE = {
     "mpt": "MptForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
+    "kimi_k2": "DeepseekV3ForCausalLM",
     "bert": "BertModel",
     "roberta": "RobertaModel",
     "distilbert": "DistilBertModel",
