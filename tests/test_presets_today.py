@@ -108,3 +108,17 @@ def test_hf_counts_the_published_number_from_the_same_config(preset: str) -> Non
     with torch.device("meta"):
         model = cls(cls.config_class(**{k: v for k, v in data.items() if k not in skip}))
     assert model.num_parameters() == PUBLISHED[preset]
+
+
+@pytest.mark.parametrize("layout", [{"tp": 2, "dp": 1}, {"cp": 2, "dp": 1}])
+def test_deepseek_v3_layouts_refuse_tp_and_cp_at_the_latent_key(layout: dict) -> None:
+    """Latent attention has no tensor- or context-parallel plan (the torch runtime neither): refused, pointing at
+    attention.latent, while dp / pp / ep layouts pass."""
+    from specc.analysis.parallel.layout import Layout, LayoutError, check_layout
+    from specc import lower
+
+    g = lower(load_spec("deepseek-v3"))
+    with pytest.raises(LayoutError) as e:
+        check_layout(g, Layout(**layout), 4096)
+    assert e.value.key == ("attention", "latent") and "latent attention (MLA)" in str(e.value)
+    check_layout(g, Layout(pp=4, dp=8, ep=8), 4096)

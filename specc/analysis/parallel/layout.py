@@ -107,6 +107,7 @@ class GraphFacts:
     hidden_units: tuple[int, ...]  # MLP / expert hidden widths
     blocks: int
     experts: int | None
+    latent: bool = False  # multi-head latent attention: no tensor- or context-parallel plan (yet)
 
 
 def graph_facts(g: LayerGraph) -> GraphFacts:
@@ -119,6 +120,7 @@ def graph_facts(g: LayerGraph) -> GraphFacts:
         tuple(sorted({w for op in g.ops() if (w := _hidden_units(op)) is not None})),
         block_count(g),
         next((int(op.attrs.experts) for op in g.ops() if op.kind == "moe"), None),
+        any(op.kind == "latent_attention" for op in g.ops()),
     )
 
 
@@ -126,6 +128,13 @@ def check_layout(g: LayerGraph | GraphFacts, lay: Layout, seq: int) -> None:
     """Refuse a layout the graph cannot be split into, naming the spec key in the way."""
     f = g if isinstance(g, GraphFacts) else graph_facts(g)
     heads = f.heads
+    for n, what in ((lay.tp, "tp"), (lay.cp, "cp")):
+        if n > 1 and f.latent:  # the torch runtime has no plan for it either (specc.parallel.plan)
+            raise LayoutError(
+                f"{what}={n}: latent attention (MLA) has no {'tensor' if what == 'tp' else 'context'}-parallel plan",
+                key=("attention", "latent"),
+                hint=f"use {what}=1 (dp, pp and ep apply)",
+            )
     if lay.tp > 1:
         if heads is None or f.recurrent:
             raise LayoutError(
