@@ -114,8 +114,8 @@ def test_hf_counts_the_published_number_from_the_same_config(preset: str) -> Non
 def test_deepseek_v3_layouts_refuse_tp_and_cp_at_the_latent_key(layout: dict) -> None:
     """Latent attention has no tensor- or context-parallel plan (the torch runtime neither): refused, pointing at
     attention.latent, while dp / pp / ep layouts pass."""
-    from specc.analysis.parallel.layout import Layout, LayoutError, check_layout
     from specc import lower
+    from specc.analysis.parallel.layout import Layout, LayoutError, check_layout
 
     g = lower(load_spec("deepseek-v3"))
     with pytest.raises(LayoutError) as e:
