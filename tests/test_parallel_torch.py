@@ -23,13 +23,16 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 
 TINY = ["blocks=2", "d_model=32", "attention.heads=4", "vocab_size=64", "context=16", "dtype=fp32"]
 # classic MLP + tied head + learned positions; SwiGLU + GQA + rotary; MoE + GQA (+ aux loss); QK-norm per head;
-# QK-norm over the whole q and k projections (OLMo-2: the mean square all-reduced over tp)
+# QK-norm over the whole q and k projections (OLMo-2: the mean square all-reduced over tp); sinks; ALiBi
 FAMILIES = {
     "gpt": ("gpt2", [*TINY, "mlp.hidden=64"]),
     "llama": ("llama2-7b", [*TINY, "attention.kv_heads=2", "mlp.hidden=48"]),
     "moe": ("mixtral-8x7b", [*TINY, "attention.kv_heads=2", "mlp.hidden=48", "mlp.experts=4"]),
     "qknorm": ("llama2-7b", [*TINY, "attention.kv_heads=2", "attention.qk_norm=head", "mlp.hidden=48"]),
     "qkfull": ("llama2-7b", [*TINY, "attention.kv_heads=2", "attention.qk_norm=full", "mlp.hidden=48"]),
+    # attention sinks split with the heads; ALiBi's slopes are each rank's heads' (not those of H / tp heads)
+    "sinks": ("llama2-7b", [*TINY, "attention.kv_heads=2", "attention.sinks=true", "mlp.hidden=48"]),
+    "alibi": ("gpt2", [*TINY, "mlp.hidden=64", "position=alibi"]),
 }
 
 SP = ("gpt", "qknorm", "qkfull")  # also run sequence parallel

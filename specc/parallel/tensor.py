@@ -93,6 +93,10 @@ def apply_tensor_parallel(
         module = model.get_submodule(name)
         if op.kind == "attention":
             module.heads, module.kv_heads = rule.parts[0] // tp, rule.parts[1] // tp
+            if hasattr(module, "head_start"):  # per-head constants (ALiBi's slopes): this rank's heads
+                module.head_start = mesh.get_local_rank() * module.heads
+            if op.params:  # attention sinks: one per head, split as the heads are
+                plan[name] = LocalParams({local: Shard(0) for local in op.params})
             continue
         if rule.style in ("head_norm", "full_norm"):  # its q (or k) heads, in the rank-major [q_r | k_r | v_r]
             module.start, module.width = op.attrs["start"] // tp, op.attrs["width"] // tp

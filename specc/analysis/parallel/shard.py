@@ -67,6 +67,8 @@ def tp_role(g: LayerGraph, op: Op) -> str:
     if op.kind == "embedding":
         shared = any(o.kind == "embedding" and o.attrs.tied_to == f"{op.name}.weight" for o in g.ops())
         return "replicated" if shared else "vocab"  # a table another embedding reads is kept whole
+    if op.kind == "attention":  # its only parameters, the sinks, are one per head: split with the heads
+        return "column"
     if op.kind == "slice_rmsnorm":  # qk_norm: full splits with its projection's rows; a norm per head is whole
         dims = [g.op(s).attrs.head_dim for s in _consumers(g, op.name) if g.op(s).kind == "attention"]
         return "column" if dims and op.attrs.dim != dims[0] else "replicated"

@@ -177,13 +177,15 @@ class AlibiAttention(WindowedAttention):
     def __init__(self, *args: Any, max_bias: float = 8.0, scaled: bool = False, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.max_bias, self.scaled = max_bias, scaled
+        self.slopes = alibi_slopes(self.heads, max_bias)  # of every head: tensor parallelism keeps a slice
+        self.head_start = 0  # the first of this module's heads (tensor parallelism: its rank's)
 
     def mask_for(
         self, n_q: int, n_k: int, pad: Tensor | None, state: State | None, device: torch.device
     ) -> tuple[Tensor | None, bool]:
         """(additive bias [B | 1, H, N_q, N_k], False), built once per call."""
-        key = ("alibi", self.heads, self.max_bias, self.scaled and self.scale, self.mask, self.window, self.chunk,
-               self.prefix, pad is None)  # fmt: skip
+        key = ("alibi", self.head_start, self.heads, self.max_bias, self.scaled and self.scale, self.mask,
+               self.window, self.chunk, self.prefix, pad is None)  # fmt: skip
         if state is not None and key in state.memo:
             return state.memo[key]
         allowed, causal = super().mask_for(n_q, n_k, pad, state, device)
@@ -192,7 +194,7 @@ class AlibiAttention(WindowedAttention):
         q, k = torch.arange(offset, offset + n_q, device=device)[:, None], torch.arange(n_k, device=device)
         if causal:
             allowed = k <= q
-        slopes = torch.tensor(alibi_slopes(self.heads, self.max_bias), device=device)
+        slopes = torch.tensor(self.slopes[self.head_start : self.head_start + self.heads], device=device)
         if self.scaled:
             slopes = slopes * self.scale
         bias = slopes[:, None, None] * (k - q)  # [H, N_q, N_k]
