@@ -263,7 +263,7 @@ def _check_tp(cli: Any, family: str, results: list[dict[str, Any]], folder: Path
     assert code == 0, err
     analyzed = json.loads(out)["parallel"]["per_device"]["memory"]["weights"]
     ties = sum(op.tied_to is not None for op in graph.ops())
-    assert ties == (family == "gpt")  # the head tied to the vocabulary-parallel embedding
+    assert ties == (family in ("gpt", "alibi"))  # the head tied to the vocabulary-parallel embedding
     for rank, res in enumerate(results):
         assert res["bytes"] == per_device_weight_bytes(graph, tp=2, tp_rank=rank), (family, rank)
         assert res["bytes"] == analyzed, (family, rank)  # the analyzer's `parallel.per_device.memory.weights`
