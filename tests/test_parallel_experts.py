@@ -43,19 +43,21 @@ def ep_cases() -> dict[str, dict[str, Any]]:
     return {kind: ep_case(kind) for kind in ROUTING}
 
 
-def ep_case(kind: str, layout: tuple[int, int] = (2, 1)) -> dict[str, Any]:
-    """One rank of dp × tp (``layout``) with ep = dp; the global batch of 4 rows split over dp."""
+def ep_case(kind: str, layout: tuple[int, int] = (2, 1), ep: int = 2) -> dict[str, Any]:
+    """One rank of dp × tp (``layout``) with experts over ``ep`` of the dp ranks; the global batch of 4 rows
+    split over dp."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
     import specc
+    from specc.parallel.experts import clip_grad_norm
 
     spec = _spec(kind)
     ref = specc.build_torch(spec).train()
     mesh = init_device_mesh("cpu", layout, mesh_dim_names=("dp", "tp"))
-    model = specc.parallelize(specc.build_torch(spec, device="meta"), mesh, ep=2).train()  # each rank its shards
-    r = mesh["dp"].get_local_rank()
+    model = specc.parallelize(specc.build_torch(spec, device="meta"), mesh, ep=ep).train()  # each rank its shards
+    r, rows = mesh["dp"].get_local_rank(), 4 // layout[0]
     out: dict[str, Any] = {"init": _max_diff(_whole(model.state_dict()), ref.state_dict())}
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
     out["full_state_dict"] = _max_diff(full, ref.state_dict())
@@ -65,9 +67,9 @@ def ep_case(kind: str, layout: tuple[int, int] = (2, 1)) -> dict[str, Any]:
     out["bytes"] = sum(p.to_local().numel() * p.element_size() for p in model.parameters() if isinstance(p, DTensor))
     out["all_dtensors"] = all(isinstance(p, DTensor) for p in model.parameters())
     ids = torch.randint(0, 64, (4, 9), generator=torch.Generator().manual_seed(3))
-    mine = ids[r * 2 : (r + 1) * 2]  # this rank's rows of the global batch
+    mine = ids[r * rows : (r + 1) * rows]  # this rank's rows of the global batch
     with torch.no_grad():
-        want = ref.eval()(ids[:, :-1])[r * 2 : (r + 1) * 2]
+        want = ref.eval()(ids[:, :-1])[r * rows : (r + 1) * rows]
         out["logits"] = float((model.eval()(mine[:, :-1]) - want).abs().max())
     ref.train(), model.train()
     steps = []
@@ -82,8 +84,10 @@ def ep_case(kind: str, layout: tuple[int, int] = (2, 1)) -> dict[str, Any]:
             out["no_grad"] = sorted(n for n, g in got.items() if g is None) == sorted(set(got) - set(want))
             out["grads"] = _max_diff({n: got[n] for n in want}, want)
             out["aux"] = None if ref.aux_loss() is None else float((ref.aux_loss() - model.aux_loss()).abs())
-        for m, opt in zip((ref, model), opts, strict=True):
-            torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
+        clip = clip_grad_norm if ep < layout[0] else torch.nn.utils.clip_grad_norm_  # experts on another mesh
+        clip(model.parameters(), 0.5)
+        for opt in opts:
             opt.step()
         steps.append(_max_diff(_whole(model.state_dict()), ref.state_dict()))
     out["steps"] = steps
@@ -100,12 +104,13 @@ def test_dp2_ep2_equals_the_single_process_moe(ranks: list[dict[str, Any]], kind
     check_ep([r[kind] for r in ranks], kind, "(Shard(dim=0),)")
 
 
-def check_ep(results: list[dict[str, Any]], kind: str, *placements: str) -> None:
-    """Each rank's ``ep_case`` numbers: the experts split as ``placements`` say, equal to one process."""
+def check_ep(results: list[dict[str, Any]], kind: str, *placements: str, rows: int = 2) -> None:
+    """Each rank's ``ep_case`` numbers: the experts split as ``placements`` say (``rows`` of the 4 experts on
+    each rank), equal to one process."""
     for rank, res in enumerate(results):
         where = (kind, rank, res)
         assert res["init"] == 0.0 and res["full_state_dict"] == 0.0, where  # state dicts: single-process tensors
-        assert res["expert_rows"] == [2] and res["expert_placements"] == sorted(placements), where  # 2 of 4
+        assert res["expert_rows"] == [rows] and res["expert_placements"] == sorted(placements), where
         assert res["all_dtensors"], where
         assert res["logits"] < 1e-5, where
         assert res["grads"] < 1e-5 and res["no_grad"], where
@@ -141,8 +146,10 @@ def test_layouts_expert_parallelism_cannot_run_are_refused_before_any_work() -> 
 
     moe = specc.lower(_spec("top2"))
     check_expert_parallel(moe, 2, 2)
+    check_expert_parallel(moe, 2, 4)  # two groups of two ranks
     for args, message in (
-        ((moe, 2, 4), r"ep=2 with dp=4: experts are sharded over the data-parallel ranks, so ep must equal dp"),
+        ((moe, 3, 4), r"ep=3 with dp=4: experts are sharded over groups of ep data-parallel ranks, so ep must"),
+        ((moe, 2, 4, 2), r"ep=2 < dp=4 with tp=2: experts split over tp and sharded over dp/ep replica groups"),
         ((specc.lower(_spec("top2", "mlp.experts=6")), 4, 4), r"has 6 experts, not divisible by ep=4"),
         ((specc.lower(specc.load_spec("gpt2", ["blocks=1"])), 2, 2), r"has no MoE layer: ep=2 has no experts"),
     ):
@@ -203,7 +210,8 @@ def test_torchrun_dp2_ep2_checkpoint_resumes_in_one_process_as_one_straight_run(
 def test_expert_layouts_train_cannot_run_exit_2_before_any_work(cli, tmp_path) -> None:
     args = ["train", "mixtral-8x7b", *MOE_SETS, "--task", "copy", "--steps", "2", "-o", tmp_path / "k"]
     for layout, sets, message in [
-        ("dp=4,ep=2", [], "--parallel ep=2 with dp=4: specc train shards the experts over the data-parallel ranks"),
+        ("dp=4,tp=2,ep=2", [], "--parallel ep=2 < dp=4 with tp=2: experts split over tp and sharded over dp/ep"),
+        ("dp=4,ep=3", [], "ep must divide dp"),
         ("dp=2,pp=2,ep=2", [], "--parallel ep=2 with pp=2: expert parallelism is not composed with pipeline"),
         ("dp=2,ep=2", ["--set", "mlp.experts=3", "--set", "mlp.active=1"], "has 3 experts, not divisible by ep=2"),
     ]:

@@ -302,7 +302,9 @@ def four_cases() -> dict[str, Any]:
     split over dp and by hidden units over tp) for a top-2 MoE and a gated shared-expert MoE."""
     from test_parallel_experts import ep_case
 
-    return {"dense": dp_step_case("llama", (2, 2)), **{kind: ep_case(kind, (2, 2)) for kind in ("top2", "shared")}}
+    out = {"dense": dp_step_case("llama", (2, 2)), **{kind: ep_case(kind, (2, 2)) for kind in ("top2", "shared")}}
+    out["top2 dp=4,ep=2"] = ep_case("top2", (4, 1), ep=2)  # two expert groups of 2 ranks, FSDP2 over the pairs
+    return out
 
 
 @pytest.mark.slow
@@ -317,6 +319,18 @@ def test_dp2_by_tp2_on_four_processes_equals_single_process() -> None:
         assert res["states"]["set_full"] < 1e-5 and res["states"]["loaded"] < 1e-5, res
     for kind in ("top2", "shared"):
         check_ep([r[kind] for r in ranks], kind, "(Shard(dim=0), Shard(dim=1))", "(Shard(dim=0), Shard(dim=2))")
+    groups = [r["top2 dp=4,ep=2"] for r in ranks]
+    # on the ("edp", "ep") mesh: 2 experts per rank of an expert group, FSDP2-halved over the group pairs
+    check_ep(groups, "top2 dp=4,ep=2", "(_StridedShard(dim=0, sf=2), Shard(dim=0))", rows=1)
+    from test_parallel_experts import _spec as moe_spec
+
+    import specc
+    from specc.analysis.parallel.device_memory import model_states
+    from specc.analysis.parallel.shard import weights_per_stage
+
+    ((dense, expert),) = weights_per_stage(specc.lower(moe_spec("top2")), ep=2)
+    predicted = model_states(dense, expert, 4, zero=3, n_dense=4, n_expert=2)["weights"]  # ZeRO-3 over the pairs
+    assert [g["bytes"] for g in groups] == [predicted] * 4
 
 
 def test_plan_refuses_splits_that_do_not_divide_and_layouts_it_cannot_run() -> None:

@@ -26,8 +26,8 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init:
     block and at the root. The forward takes the same inputs on every rank of a ``tp`` group and returns the
     full logits there; ``dp`` ranks take different batches. ``sequence_parallel``: between blocks the residual
     stream is split by positions over ``tp`` too (``specc.parallel.sequence``; whole sequences only). ``ep``:
-    the experts of every MoE layer sharded over the ``dp`` ranks, tokens dispatched to them by all-to-all
-    (``specc.parallel.experts``; 1 or the dp size).
+    the experts of every MoE layer sharded over groups of ``ep`` dp ranks, tokens dispatched to them by
+    all-to-all (``specc.parallel.experts``; ep divides dp).
 
     A model larger than one device: build it on the meta device (``build_torch(spec, device="meta")``); it
     is split there and each rank then allocates only its shards (``specc.parallel.materialize``), filled with
@@ -81,9 +81,14 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init:
     split = tp is not None and tp.size() > 1
     if split:
         apply_tensor_parallel(model, graph, tp, sequence=sequence_parallel, experts=ep == 1)
-    experts = set()
+    experts: set[Any] = set()
     if ep > 1 and dp is not None:
-        experts = apply_expert_parallel(model, graph, mesh if split else dp, tp if split else None)
+        experts, replicas = apply_expert_parallel(model, graph, mesh, dp, tp if split else None, ep)
+        if replicas is not None:  # ep < dp: the experts sharded over their replica groups first
+            from .experts import shard_replicas
+
+            shard_replicas(model, graph, replicas)
+            experts = set()  # the blocks' FSDP2 leaves the inner units' parameters to them
     if dp is not None and dp.size() > 1:
         apply_fsdp(model, graph, dp, experts)
     model.mesh = mesh

@@ -5,8 +5,11 @@ split sizes).
 - Layout: rank r of the ``dp`` mesh holds experts ``[r·E/ep, (r+1)·E/ep)`` of each expert tensor (``w_*``,
   ``b_*``: a DTensor ``Shard(0)`` on the dp mesh, so state dicts, checkpoints and ``full_tensor()`` give the
   single-process ``[E, ...]`` tensors). Routers (their linears, a ``score_bias``) and everything else stay
-  data-parallel (FSDP2); FSDP2 leaves the expert tensors alone (``ignored_params``). ``ep`` must be 1 or dp:
-  experts replicated over dp/ep groups (1 < ep < dp) are refused. With tp, each expert is also split by
+  data-parallel (FSDP2); FSDP2 leaves the expert tensors alone (``ignored_params``). ``ep`` dividing dp:
+  the dp ranks form groups of ep consecutive ranks, each group holds all the experts and dispatches among
+  itself, and the dp/ep ranks holding the same experts shard them further with FSDP2 (ZeRO-3 over the
+  replicas, as the analyzer prices it); their gradients then live on another mesh than the rest, so clipping
+  goes through ``clip_grad_norm`` here (``specc train`` does). With tp, each expert is also split by
   hidden units over tp (``Shard(0)`` on dp, the tp plan's split on tp, a DTensor on the ("dp", "tp") mesh):
   every tp rank dispatches its copy of the tokens within its dp group and the partial outputs are summed
   over tp.
@@ -31,6 +34,7 @@ import torch.distributed.nn.functional as dist_fn
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 from ..backends.torch.layers.moe import MoE
@@ -45,19 +49,25 @@ def expert_tensors(op_params: Any) -> list[str]:
 
 
 def check_expert_parallel(graph: LayerGraph, ep: int, dp: int, tp: int = 1) -> None:
-    """Refuse an ``ep`` this runtime cannot run, before any work: no MoE layer, ep ≠ 1 and ≠ dp, or experts
-    that ep does not divide (with tp > 1 the experts' hidden units are checked by the tensor-parallel plan)."""
+    """Refuse an ``ep`` this runtime cannot run, before any work: no MoE layer, an ep that does not divide dp
+    (or that is less than dp with tp > 1), or experts that ep does not divide (with tp > 1 the experts' hidden
+    units are checked by the tensor-parallel plan)."""
     if ep == 1:
         return
     name = graph.meta.get("name", "the model")
     moes = [op for op in graph.ops() if op.kind == "moe"]
     if not moes:
         raise SpecError(f"{name} has no MoE layer: ep={ep} has no experts to shard", hint="ep=1")
-    if ep != dp:
+    if dp % ep:
         raise SpecError(
-            f"ep={ep} with dp={dp}: experts are sharded over the data-parallel ranks, so ep must equal dp "
-            "(experts replicated over groups of dp/ep ranks are not run)",
-            hint=f"ep={dp} (or ep=1)",
+            f"ep={ep} with dp={dp}: experts are sharded over groups of ep data-parallel ranks, so ep must divide dp",
+            hint=f"ep={dp} (or a divisor of dp)",
+        )
+    if ep != dp and tp > 1:
+        raise SpecError(
+            f"ep={ep} < dp={dp} with tp={tp}: experts split over tp and sharded over dp/ep replica groups are not "
+            "run (FSDP2 composes one split dimension)",
+            hint=f"ep={dp}, or tp=1",
         )
     for op in moes:
         if op.attrs["experts"] % ep:
@@ -68,13 +78,15 @@ def check_expert_parallel(graph: LayerGraph, ep: int, dp: int, tp: int = 1) -> N
 
 
 def apply_expert_parallel(
-    model: nn.Module, graph: LayerGraph, mesh: DeviceMesh, tp: DeviceMesh | None = None
-) -> set[nn.Parameter]:
-    """Shard the experts of every MoE layer over the dp ranks in place; the expert parameters (for FSDP2 to
-    leave alone). ``mesh``: the 1-D dp mesh, or with ``tp`` the 2-D ("dp", "tp") mesh: each expert also
-    split by hidden units over tp, as the tensor-parallel plan splits them (``plan.split_axis``)."""
+    model: nn.Module, graph: LayerGraph, mesh: DeviceMesh, dp: DeviceMesh, tp: DeviceMesh | None, ep: int
+) -> tuple[set[nn.Parameter], DeviceMesh | None]:
+    """Shard the experts of every MoE layer over ``ep`` of the ``dp`` ranks in place (``mesh``: the whole
+    mesh); the expert parameters, and with ep < dp the mesh of the groups that hold the same experts (for FSDP2
+    to shard them over). With ``tp`` each expert is also split by hidden units over tp, as the tensor-parallel
+    plan splits them (``plan.split_axis``)."""
     from .plan import Rule, split_axis
 
+    where, ep_mesh, replicas = _expert_meshes(mesh, dp, tp, ep)
     sharded: set[nn.Parameter] = set()
     for op in graph.ops():
         if op.kind != "moe":
@@ -90,7 +102,7 @@ def apply_expert_parallel(
             if local in names:
                 axis = split_axis(Rule("experts"), local) if tp is not None else None
                 places = [Shard(0)] if tp is None else [Shard(0), Replicate() if axis is None else Shard(axis)]
-                value = distribute_tensor(param.data, mesh, places, src_data_rank=src)
+                value = distribute_tensor(param.data, where, places, src_data_rank=src)
             elif tp is not None:  # the router's selection bias: whole on every tp rank, as in the tp plan
                 value = distribute_tensor(param.data, tp, [Replicate()], src_data_rank=src)
             else:
@@ -100,9 +112,22 @@ def apply_expert_parallel(
             if local in names:
                 sharded.add(new)
         module.__class__ = ExpertParallelMoE
-        module.ep_mesh = mesh["dp"] if tp is not None else mesh
-        module.tp_mesh, module.ep_names = tp, names
-    return sharded
+        module.ep_mesh, module.dp_mesh, module.tp_mesh, module.ep_names = ep_mesh, dp, tp, names
+    return sharded, replicas
+
+
+def _expert_meshes(
+    mesh: DeviceMesh, dp: DeviceMesh, tp: DeviceMesh | None, ep: int
+) -> tuple[DeviceMesh, DeviceMesh, DeviceMesh | None]:
+    """(where the experts live, the all-to-all group's mesh, the replica groups' mesh or None). ep = dp: the
+    dp mesh itself (with tp: the (dp, tp) mesh). ep < dp: the dp ranks in groups of ep consecutive ones
+    (Megatron-LM's expert groups), a new ("edp", "ep") mesh; rank r holds the experts of r mod ep, as do the
+    dp/ep ranks of its "edp" column, over which FSDP2 shards them further."""
+    if ep == dp.size():
+        return (mesh if tp is not None else dp), dp, None
+    ranks = dp.mesh.reshape(dp.size() // ep, ep)
+    groups = DeviceMesh(dp.device_type, ranks, mesh_dim_names=("edp", "ep"))
+    return groups["ep"], groups["ep"], groups["edp"]
 
 
 class _ScaleGrad(torch.autograd.Function):
@@ -148,7 +173,8 @@ class ExpertParallelMoE(MoE):
     """``MoE`` whose expert tensors are this rank's shard (``Shard(0)`` on ``ep_mesh``; with ``tp_mesh`` also
     split by hidden units, so this rank's output is a partial sum over tp, as ``styles.LocalParams`` does it)."""
 
-    ep_mesh: DeviceMesh
+    ep_mesh: DeviceMesh  # the ranks that dispatch among themselves (all of dp, or a group of ep of them)
+    dp_mesh: DeviceMesh  # every data-parallel rank: the batch the load-balancing loss is taken over
     tp_mesh: DeviceMesh | None
     ep_names: list[str]
 
@@ -159,7 +185,7 @@ class ExpertParallelMoE(MoE):
             x, router_logits = _sum_grads(x, tp), _sum_grads(router_logits, tp)
         tokens = x.reshape(-1, self.dim)
         weights, chosen, probs = self.select(router_logits)
-        self._balance(chosen, probs, group)
+        self._balance(chosen, probs, self.dp_mesh.get_group())
         local = {}
         for name, param in self._parameters.items():
             if isinstance(param, DTensor):  # this rank's experts, their gradients scaled as FSDP2's dp mean
@@ -201,3 +227,31 @@ class ExpertParallelMoE(MoE):
         routed = stats[:-1] / (tokens * self.active)  # f_e
         mean_probs = dist_fn.all_reduce(probs.sum(0), group=group) / tokens  # P_e (gradients summed back)
         self.aux_loss = self.aux_loss_coef * self.experts * (routed * mean_probs).sum()
+
+
+def shard_replicas(model: nn.Module, graph: LayerGraph, replicas: DeviceMesh) -> None:
+    """ep < dp: FSDP2 over the replica groups (``edp``) for each MoE layer's experts, before the blocks are
+    sharded over dp (which then leave them to this inner unit); its mean over the dp/ep replicas and the 1/ep
+    scale of the expert gradients give the mean over dp. The layer's other parameters (a selection bias) stay
+    with the block, sharded over dp."""
+    for op in graph.ops():
+        if op.kind == "moe":
+            module = model.get_submodule(op.name)
+            others = {p for name, p in module.named_parameters(recurse=False) if name not in module.ep_names}
+            fully_shard(module, mesh=replicas, ignored_params=others or None)
+
+
+@torch.no_grad()
+def clip_grad_norm(params: Any, max_norm: float) -> Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` for gradients on different meshes (experts on their groups' mesh,
+    the rest on dp): each gradient's norm made whole first, then one total (the same on every rank)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norms = []
+    for g in grads:
+        n = torch.linalg.vector_norm(g)
+        norms.append(n.full_tensor() if isinstance(n, DTensor) else n)
+    total = torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros(())
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef)
+    return total

@@ -36,12 +36,11 @@ def parse_layout(text: str) -> dict[str, int]:
                 hint=f"--parallel dp=N,tp=N,pp=N ({key}=1)",
             )
     if layout.ep > 1:  # experts sharded over the data-parallel ranks (specc.parallel.experts)
-        if layout.ep != layout.dp:
+        if layout.ep != layout.dp and layout.tp > 1:
             raise SpecError(
-                f"--parallel ep={layout.ep} with dp={layout.dp}: specc train shards the experts over the "
-                "data-parallel ranks, so ep must equal dp (experts replicated over groups of dp/ep ranks are "
-                "not run)",
-                hint=f"--parallel dp={layout.dp},ep={layout.dp}",
+                f"--parallel ep={layout.ep} < dp={layout.dp} with tp={layout.tp}: experts split over tp and "
+                "sharded over dp/ep replica groups are not run",
+                hint=f"--parallel dp={layout.dp},tp={layout.tp},ep={layout.dp}, or tp=1",
             )
         if layout.pp > 1:
             raise SpecError(

@@ -230,7 +230,11 @@ def _train_step(run: Run) -> tuple[float, float]:
         raise SpecError(f"loss became {value} at step {run.step}", hint="lower --lr")
     run.optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    if cfg.clip > 0:
+    if cfg.clip > 0 and 1 < run.ep < run.mesh["dp"].size():  # expert gradients on their groups' mesh
+        from ..parallel.experts import clip_grad_norm
+
+        clip_grad_norm(run.model.parameters(), cfg.clip)
+    elif cfg.clip > 0:
         torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.clip)
     for group in run.optimizer.param_groups:
         group["lr"] = lr_at(run.step, cfg.lr, cfg.steps, run.warmup, cfg.schedule)
