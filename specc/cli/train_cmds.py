@@ -208,7 +208,8 @@ def train(
                 p = run.pipeline
                 where += f", pp={layout['pp']}: {p.schedule_name}, {p.n_chunks} chunks, {p.micro_batches} micro-batches"
             if layout["ep"] > 1:
-                where += f", ep={layout['ep']}: the experts split over the dp ranks"
+                over = "the dp ranks" if layout["ep"] == layout["dp"] else f"groups of {layout['ep']} dp ranks"
+                where += f", ep={layout['ep']}: the experts split over {over}"
             where += ")"
         out.print(
             f"{run.graph.meta['name']} ({run.graph.meta['family']}, {n_params:,} parameters) on {run.cfg.task}: "
