@@ -11,7 +11,7 @@
 
 Both take the cache as ``past_key_values.{i}.key`` = the latent [B, 1, T, kv_rank] and ``.value`` = the rotated
 key [B, 1, T, rope_head_dim] (kv_cache.py), concatenated outside the Attention node, so the causal mask of a cached
-graph is explicit (bottom-right aligned at the past length).
+graph is explicit (bottom-right aligned at the past length). Q/K/V are 3-D ``[B, N, heads · size]``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ def _keep(b: GraphBuilder, op: Op, q: str, pad: str, cached: bool) -> tuple[str,
 
 @emits("latent_attention")
 def make_latent_attention(b: GraphBuilder, op: Op, xs: list[str]) -> str:
+    """3-D Q/K/V ``[B, N, heads · size]`` as the other attention emitters; the absorbed form's per-head products
+    are MatMuls with the heads as the batch axis against [H, ·, ·] weights."""
     a = op.attrs
     h, nope, rd, vd, r = a.heads, a.nope_head_dim, a.rope_head_dim, a.v_head_dim, a.kv_rank
     s = op.name
@@ -68,33 +70,38 @@ def make_latent_attention(b: GraphBuilder, op: Op, xs: list[str]) -> str:
         q_rot = b.op("Reshape", [q_rot, b.i64(0, 0, h * rd)], scope=s)
         q_rot = b.op("Reshape", [rope(b, op, q_rot, h, xs[0]), b.i64(0, 0, h, rd)], scope=s)
         k_rot = rope(b, op, k_rot, 1, xs[0])
-    c = b.op("Unsqueeze", [c, b.i64(1)], scope=s)  # [B, 1, N, r]
-    k_rot = b.op("Unsqueeze", [k_rot, b.i64(1)], scope=s)  # [B, 1, N, rope]
-    if cached:
+    if cached:  # the cache layout is [B, 1, T, ·] (one "head"): concatenate there, attend on [B, T, ·]
         (past_c, past_k), (present_c, present_k) = b.cache.past(op), b.cache.present(op)
-        c = b.op("Concat", [past_c, c], scope=s, outputs=[present_c], axis=2)
-        k_rot = b.op("Concat", [past_k, k_rot], scope=s, outputs=[present_k], axis=2)
-    q_nope = b.op("Transpose", [q_nope], scope=s, perm=[0, 2, 1, 3])  # [B, H, N, nope]
-    q_rot = b.op("Transpose", [q_rot], scope=s, perm=[0, 2, 1, 3])  # [B, H, N, rope]
+        c = b.op("Concat", [past_c, b.op("Unsqueeze", [c, b.i64(1)], scope=s)], scope=s, outputs=[present_c], axis=2)
+        k_rot = b.op(
+            "Concat", [past_k, b.op("Unsqueeze", [k_rot, b.i64(1)], scope=s)], scope=s, outputs=[present_k], axis=2
+        )
+        c, k_rot = (b.op("Squeeze", [t, b.i64(1)], scope=s) for t in (c, k_rot))
     keep, causal = _keep(b, op, xs[0], pad, cached)
     weight = b.param(f"{op.name}.kv_b.weight")  # [H·(nope + v), r]
     if form(b) == "absorbed":
         w = b.op("Reshape", [weight, b.i64(h, nope + vd, r)], scope=s)
         w_uk, w_uv = b.op("Split", [w, b.i64(nope, vd)], scope=s, outputs=2, axis=1)  # [H, nope, r], [H, v, r]
-        q_lat = b.op("MatMul", [q_nope, w_uk], scope=s)  # [B, H, N, r]
-        q = b.op("Concat", [q_lat, q_rot], scope=s, axis=-1)
-        k = b.op("Concat", [c, k_rot], scope=s, axis=-1)  # [B, 1, T, r + rope]: one K/V head for all
+        # per head one [N, nope] × [nope, r] GEMM (heads as the batch axis), not N·H row products
+        q_lat = b.op("MatMul", [b.op("Transpose", [q_nope], scope=s, perm=[0, 2, 1, 3]), w_uk], scope=s)
+        q_lat = b.op("Transpose", [q_lat], scope=s, perm=[0, 2, 1, 3])  # [B, N, H, r]
+        q = b.op("Reshape", [b.op("Concat", [q_lat, q_rot], scope=s, axis=-1), b.i64(0, 0, h * (r + rd))], scope=s)
+        k = b.op("Concat", [c, k_rot], scope=s, axis=-1)  # [B, T, r + rope]: one K/V head for all
         y = b.op("Attention", [q, k, c, keep], scope=s, q_num_heads=h, kv_num_heads=1, scale=float(a.scale),
                  is_causal=causal)  # fmt: skip
+        y = b.op("Transpose", [b.op("Reshape", [y, b.i64(0, 0, h, r)], scope=s)], scope=s, perm=[0, 2, 1, 3])
         y = b.op("MatMul", [y, b.op("Transpose", [w_uv], scope=s, perm=[0, 2, 1])], scope=s)  # [B, H, N, v]
+        y = b.op("Transpose", [y], scope=s, perm=[0, 2, 1, 3])
     else:
-        kv = b.op("MatMul", [c, b.op("Transpose", [weight], scope=s, perm=[1, 0])], scope=s)  # [B, 1, T, H(nope+v)]
-        kv = b.op("Transpose", [b.op("Reshape", [kv, b.i64(0, -1, h, nope + vd)], scope=s)], scope=s, perm=[0, 2, 1, 3])
-        k_nope, v = b.op("Split", [kv, b.i64(nope, vd)], scope=s, outputs=2, axis=-1)
-        k_rot = b.op("Expand", [k_rot, b.i64(1, h, 1, 1)], scope=s)  # the one rotary key, for every head
-        k = b.op("Concat", [k_nope, k_rot], scope=s, axis=-1)
-        q = b.op("Concat", [q_nope, q_rot], scope=s, axis=-1)
+        kv = b.op("MatMul", [c, b.op("Transpose", [weight], scope=s, perm=[1, 0])], scope=s)  # [B, T, H·(nope + v)]
+        k_nope, v = b.op(
+            "Split", [b.op("Reshape", [kv, b.i64(0, 0, h, nope + vd)], scope=s), b.i64(nope, vd)], scope=s,
+            outputs=2, axis=-1,
+        )  # fmt: skip
+        k_rot = b.op("Expand", [b.op("Unsqueeze", [k_rot, b.i64(2)], scope=s), b.i64(1, 1, h, 1)], scope=s)
+        k = b.op("Reshape", [b.op("Concat", [k_nope, k_rot], scope=s, axis=-1), b.i64(0, 0, h * (nope + rd))], scope=s)
+        q = b.op("Reshape", [b.op("Concat", [q_nope, q_rot], scope=s, axis=-1), b.i64(0, 0, h * (nope + rd))], scope=s)
+        v = b.op("Reshape", [v, b.i64(0, 0, h * vd)], scope=s)
         y = b.op("Attention", [q, k, v, keep], scope=s, q_num_heads=h, kv_num_heads=h, scale=float(a.scale),
                  is_causal=causal)  # fmt: skip
-    y = b.op("Transpose", [y], scope=s, perm=[0, 2, 1, 3])  # [B, N, H, v]
     return b.op("Reshape", [y, b.i64(0, 0, h * vd)], scope=s)
