@@ -100,7 +100,12 @@ def _defaults(fn: Any, rename: dict[str, str] | None = None) -> dict[str, Any]:
     ("layer", "cls", "rename"),
     [
         ("SelfAttention", AttentionAttrs, {}),
-        ("Rotary", AttentionAttrs, {"theta": "rope_theta", "scaling": "rope_scaling", "interleaved": ROPE_INTERLEAVED}),
+        ("Rotary", AttentionAttrs, {"theta": "rope_theta", "interleaved": ROPE_INTERLEAVED}),
+        (
+            "ScaledRotary",
+            AttentionAttrs,
+            {"theta": "rope_theta", "scaling": "rope_scaling", "interleaved": ROPE_INTERLEAVED},
+        ),
         ("MoE", MoEAttrs, {}),
         ("RNNDecoder", RNNDecoderAttrs, {}),
     ],

@@ -20,7 +20,7 @@ from transformers.models.llama import modeling_llama  # noqa: E402
 
 import specc  # noqa: E402
 from specc.backends.torch.layers import rope  # noqa: E402
-from specc.backends.torch.layers.rope import Rotary  # noqa: E402
+from specc.backends.torch.layers.rope import Rotary, ScaledRotary  # noqa: E402
 from specc.errors import SpecError  # noqa: E402
 
 MAX = 32  # max_position_embeddings of the HF configs below
@@ -99,7 +99,7 @@ def test_cos_sin_equal_the_hf_rotary_embedding(name: str) -> None:
         if n == 6:
             emb = modeling_llama.LlamaRotaryEmbedding(_hf_config(hf))
         cos, sin = emb(x, pos)
-        got_cos, got_sin = Rotary(HEAD, 5000.0, ours).tables(pos, torch.float32)
+        got_cos, got_sin = ScaledRotary(HEAD, 5000.0, ours).tables(pos, torch.float32)
         torch.testing.assert_close(got_cos[0, 0], cos[0, :, : HEAD // 2], rtol=1e-6, atol=1e-7)
         torch.testing.assert_close(got_sin[0, 0], sin[0, :, HEAD // 2 :], rtol=1e-6, atol=1e-7)
 

@@ -22,10 +22,13 @@ from ...version import __version__
 from .build import as_graph
 from .checkpoint import _spec_model, compile_checkpoint
 from .codegen import model_source
+from .codegen.facts import model_facts
+from .codegen.specialise import specialise
 from .layers import FILES
 from .standalone_names import names_source
 
 LAYERS = Path(__file__).parent / "layers"
+KEEP = {"build", "generate", "step", "start", "init_weights"}  # what model.py offers though nothing in it calls it
 
 
 def _definitions() -> tuple[dict[str, tuple[str, str, set[str]]], dict[str, list[str]]]:
@@ -55,7 +58,7 @@ def _definitions() -> tuple[dict[str, tuple[str, str, set[str]]], dict[str, list
 
 
 def _short_docstrings(text: str, node: ast.stmt) -> str:
-    """A definition's source without its docstrings (a class that holds nothing else keeps its first sentence):
+    """A definition's source with each class docstring cut to its first sentence and no function docstrings:
     the library's documentation lives in specc; model.py stays short."""
     lines = text.splitlines()[node.lineno - 1 : node.end_lineno]
     cut: list[tuple[int, int, list[str]]] = []
@@ -68,15 +71,23 @@ def _short_docstrings(text: str, node: ast.stmt) -> str:
             continue
         indent = lines[doc.lineno - node.lineno][: doc.col_offset]
         keep: list[str] = []
-        if isinstance(sub, ast.ClassDef) and len(body) == 1:
-            first = " ".join(doc.value.value.split()).split(". ")[0].rstrip(".")
-            keep = [f'{indent}"""{first}."""'] if len(indent) + len(first) < 112 else []
+        if isinstance(sub, ast.ClassDef):
+            keep = [f'{indent}"""{one_line(doc.value.value, 114 - len(indent))}"""']
         if len(body) == 1 and not keep:
             keep = [f"{indent}pass"]
         cut.append((doc.lineno - node.lineno, (doc.end_lineno or doc.lineno) - node.lineno, keep))
     for start, end, keep in sorted(cut, reverse=True):
         lines[start : end + 1] = keep
     return "\n".join(lines)
+
+
+def one_line(doc: str, width: int) -> str:
+    """A docstring's first sentence, cut at a clause (then a word) boundary to fit ``width`` columns."""
+    text = " ".join(doc.split()).split(". ")[0].rstrip(".")
+    if len(text) + 1 > width:
+        cut = max(text.rfind(sep, 0, width - 1) for sep in (": ", "; ", ", ", " ("))
+        text = text[:cut] if cut > width // 2 else text[: text.rfind(" ", 0, width - 1)]
+    return text.rstrip(",;:") + "."
 
 
 def _bound_names(line: str) -> list[str]:
@@ -136,6 +147,7 @@ def model_py_source(spec: Any, weights_file: str | None) -> str:
     names = names_source(graph)  # Hugging Face checkpoint names, where a family fits
     imports, library = library_source((*src.library, "Model", *(["from_hf"] if names else [])))
     base = [
+        "from typing import Any, ClassVar",
         "import torch",
         "import torch.nn.functional as F",
         "from torch import Tensor, nn",
@@ -175,10 +187,10 @@ def build(weights: str | None = WEIGHTS, device: str | None = None, dtype: str |
     model.load_state_dict({load}, assign=True)
     return model.to(dt).eval()
 '''
-    used = library + src.body + tail
+    used = specialise(library + "\n\n\n" + src.body + tail, model_facts(graph), keep=KEEP)
     imports = [i for i in [*imports, *base] if any(re.search(rf"\b{n}\b", used) for n in _bound_names(i))]
     imports = _merged_imports(imports)
-    text = header + "\n".join(imports) + "\n\n\n" + library + "\n\n\n" + src.body + tail
+    text = header + "\n".join(imports) + "\n\n\n" + used
     return ruff_format(text)
 
 

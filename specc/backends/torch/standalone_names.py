@@ -134,7 +134,7 @@ def names_source(graph: LayerGraph) -> str:
     body = "".join(f"    {r}\n" for r in rows)
     tied = f'HF_TIED, HF_SKIP = {_literal(hf_tied(plan))}, r"{skip_pattern(plan)}"'
     tied += "  # HF names that copy another tensor; that are not weights" if len(tied) <= 60 else ""
-    return f"# fmt: off\n{head}\n{body}}}\n# fmt: on\n{tied}\nHOW = {{{how}}}\n"
+    return f"{head}\n{body}}}\n{tied}\nHOW = {{{how}}}\n"
 
 
 def _entry(key: str, alternatives: list[tuple[Any, ...]]) -> list[str]:

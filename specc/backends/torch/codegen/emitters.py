@@ -212,11 +212,7 @@ def _attention_ctor(op: Op, a: Attr) -> str:
     if op.attrs.cross:
         return f"CrossAttention({head}{_kwargs(a, op, ('scale', 'dropout'), scale=scale)})"
     kwargs = _kwargs(a, op, SELF_ATTENTION_KWARGS, scale=scale)
-    rope = ""
-    if op.attrs.rope_dims:
-        extra = _kwargs(a, op, ROTARY_KWARGS).replace(", rope_scaling=", ", scaling=")
-        extra = extra.replace(", rope_interleaved=", ", interleaved=")
-        rope = f", rope=Rotary({a('rope_dims')}, {a('rope_theta')}{extra})"
+    rope = _rotary(op, a)
     if op.attrs.sinks:  # a logit per head in the denominator: the explicit-softmax layer with its parameter
         softcap = f", softcap={a('softcap')}" if op.attrs.softcap else ""
         return f"SinkAttention({head}{kwargs}{rope}{softcap})"
@@ -244,6 +240,7 @@ _emits(
     structural=("cross", "padding", "mask", "sinks"),  # differing masks (layer kinds): their own classes
     variant=lambda op: (
         bool(op.attrs.rope_dims),
+        bool(op.attrs.rope_scaling),
         bool(op.attrs.softcap),
         op.attrs.alibi_max_bias is not None,
         op.attrs.sinks,
@@ -253,12 +250,13 @@ _emits(
 
 
 def _rotary(op: Op, a: Attr) -> str:
-    """``, rope=Rotary(...)`` for a core that rotates, else ""."""
+    """``, rope=Rotary(...)`` for a core that rotates (ScaledRotary with frequency scaling), else ""."""
     if not op.attrs.rope_dims:
         return ""
     extra = _kwargs(a, op, ROTARY_KWARGS).replace(", rope_scaling=", ", scaling=")
     extra = extra.replace(", rope_interleaved=", ", interleaved=")
-    return f", rope=Rotary({a('rope_dims')}, {a('rope_theta')}{extra})"
+    rotary = "ScaledRotary" if op.attrs.rope_scaling else "Rotary"  # plain RoPE reads no scaling
+    return f", rope={rotary}({a('rope_dims')}, {a('rope_theta')}{extra})"
 
 
 def _latent_attention_ctor(op: Op, a: Attr) -> str:
@@ -278,7 +276,7 @@ _emits(
     call=_latent_attention_call,
     ctor=_latent_attention_ctor,
     structural=("padding", "mask"),
-    variant=lambda op: bool(op.attrs.rope_dims),
+    variant=lambda op: (bool(op.attrs.rope_dims), bool(op.attrs.rope_scaling)),
     state=lambda op: True,
 )
 

@@ -12,6 +12,7 @@ from .scopes import Scope, Unit, flat_attrs, head_op
 
 MAX_INLINE_DEPTH = 2  # nested calls per expression: x = x + self.attn(self.norm1(x)) and no deeper
 MAX_INLINE_CHARS = 64
+OPERATOR_KINDS = {"add", "scale", "softcap", "sigmoid_gate", "glu", "pool"}  # emitted as operators on their inputs
 
 
 def attr_path(rel: str) -> str:
@@ -138,6 +139,7 @@ class Body:
             self.env[v] = (plan.input_names[i], 0)
             self.live[plan.input_names[i]] = v
         self.out: list[str] = []
+        self.wrapped: set[str] = set()  # values whose expression is a sum in parentheses
         uses: dict[str, list[int]] = {}
         for j, unit in enumerate(self.scope.units):
             for v in unit.inputs:
@@ -221,6 +223,8 @@ class Body:
         if unit.op is not None:
             op, e = unit.op, EMITTERS[unit.op.kind]
             vals = [self.value(v) for v in op.inputs]
+            if op.kind not in OPERATOR_KINDS:  # call arguments: a sum needs no parentheses of its own
+                vals = [(self._bare(v, text), d) for v, (text, d) in zip(op.inputs, vals, strict=True)]
             if op.name == self.w.head and self.w.generates:
                 vals[0] = (f"last_positions({vals[0][0]}, state)", vals[0][1] + 1)
             if op.kind == "linear" and self._feeds_jittered_router(op.name):
@@ -230,13 +234,20 @@ class Body:
                 return f"reuse(state, self.{unit.key}, lambda: {expr})", 2
             return expr, e.depth + max((d for _, d in vals), default=0)
         assert unit.scope is not None
-        args = [self.value(unit.inputs[i]) for i in self.w.plan_of(unit.scope).order]
+        order = self.w.plan_of(unit.scope).order
+        args = [
+            (self._bare(unit.inputs[i], self.value(unit.inputs[i])[0]), self.value(unit.inputs[i])[1]) for i in order
+        ]
         module = f"self{attr_path(unit.key)}"
         if static:  # the encoder runs once per generated sequence, on a State of its own (offset 0, no cache)
             texts = [a for a, _ in args] + (["State()"] if unit.scope.needs_state else [])
             return f"reuse(state, {module}, lambda: {module}({', '.join(texts)}))", 2
         texts = [a for a, _ in args] + (["state"] if unit.scope.needs_state else [])
         return f"{module}({', '.join(texts)})", 1 + max((d for _, d in args), default=0)
+
+    def _bare(self, v: str, text: str) -> str:
+        """An inlined sum without the parentheses it carries for use as an operand."""
+        return text[1:-1] if v in self.wrapped and text.startswith("(") and text.endswith(")") else text
 
     def _feeds_jittered_router(self, name: str) -> bool:
         return any(
@@ -272,7 +283,10 @@ class Body:
                 and (nxt == len(units) or not self._loop(nxt))
             )
             if inline:
-                self.env[v] = (f"({expr})" if unit.op is not None and unit.op.kind == "add" else expr, depth)
+                wrap = unit.op is not None and unit.op.kind == "add"
+                self.env[v] = (f"({expr})" if wrap else expr, depth)
+                if wrap:
+                    self.wrapped.add(v)
                 return
             name = self._name_for(unit, j)
             self.out.append(f"{name} = {expr}")

@@ -35,7 +35,7 @@ from .model import Model
 from .moe import MoE
 from .norms import OffsetRMSNorm, SliceRMSNorm
 from .rnn import RNNDecoder, rnn_states
-from .rope import Rotary
+from .rope import Rotary, ScaledRotary
 from .state import KVCache, State, last_positions, reuse
 
 # Files in dependency order: model.py inlines the definitions it uses in this order (never ``extras``).
@@ -60,6 +60,7 @@ __all__ = [
     "RMSNorm",
     "RNNDecoder",
     "Rotary",
+    "ScaledRotary",
     "SelfAttention",
     "SinkAttention",
     "SinusoidalPositions",

@@ -32,7 +32,8 @@ class AttentionCore(nn.Module):
         self, n_q: int, n_k: int, pad: Tensor | None, state: State | None, device: torch.device
     ) -> tuple[Tensor | None, bool]:
         """(boolean mask [B | 1, 1, N_q, N_k] or None, is_causal), built once per call."""
-        mask, offset = "none" if self.mask == "padding" else self.mask, state.offset if state is not None else 0
+        mask = "none" if self.mask == "padding" else self.mask
+        offset = state.offset if state is not None else 0
         key = ("mask", mask, self.window, self.prefix, self.chunk, pad is None)
         if state is not None and key in state.memo:
             return state.memo[key]
@@ -85,8 +86,19 @@ class AttentionCore(nn.Module):
 class SelfAttention(AttentionCore):
     """softmax(q kᵀ · scale + mask) v over a packed qkv projection, with RoPE and the KV cache."""
 
-    def __init__(self, heads: int, kv_heads: int, head_dim: int, mask="causal", scale=None, window=None, prefix=None,
-                 rope: nn.Module | None = None, dropout=0.0, chunk=None):  # fmt: skip
+    def __init__(
+        self,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        mask: str = "causal",
+        scale: float | None = None,
+        window: int | None = None,
+        prefix: int | None = None,
+        rope: nn.Module | None = None,
+        dropout: float = 0.0,
+        chunk: int | None = None,
+    ):
         super().__init__(heads, kv_heads, head_dim, scale, dropout)
         self.mask, self.window, self.prefix, self.rope, self.chunk = mask, window, prefix, rope, chunk
 
@@ -184,8 +196,18 @@ class AlibiAttention(WindowedAttention):
         self, n_q: int, n_k: int, pad: Tensor | None, state: State | None, device: torch.device
     ) -> tuple[Tensor | None, bool]:
         """(additive bias [B | 1, H, N_q, N_k], False), built once per call."""
-        key = ("alibi", self.head_start, self.heads, self.max_bias, self.scaled and self.scale, self.mask,
-               self.window, self.chunk, self.prefix, pad is None)  # fmt: skip
+        key = (
+            "alibi",
+            self.head_start,
+            self.heads,
+            self.max_bias,
+            self.scaled and self.scale,
+            self.mask,
+            self.window,
+            self.chunk,
+            self.prefix,
+            pad is None,
+        )
         if state is not None and key in state.memo:
             return state.memo[key]
         allowed, causal = super().mask_for(n_q, n_k, pad, state, device)
@@ -242,9 +264,21 @@ class LatentAttention(AttentionCore):
     head's [k_nope | v]; k = [k_nope | rotary key]. The KV cache holds the latent and the rotated key only;
     decoding steps (a cache with a past) run the weight-absorbed form (``absorbed``), which never re-expands it."""
 
-    def __init__(self, heads: int, nope_head_dim: int, rope_head_dim: int, v_head_dim: int, kv_rank: int,
-                 mask="causal", scale=None, window=None, prefix=None, rope: nn.Module | None = None, dropout=0.0,
-                 chunk=None):  # fmt: skip
+    def __init__(
+        self,
+        heads: int,
+        nope_head_dim: int,
+        rope_head_dim: int,
+        v_head_dim: int,
+        kv_rank: int,
+        mask="causal",
+        scale=None,
+        window=None,
+        prefix=None,
+        rope: nn.Module | None = None,
+        dropout=0.0,
+        chunk=None,
+    ):
         super().__init__(heads, heads, nope_head_dim + rope_head_dim, scale, dropout)
         self.nope, self.rope_dim, self.v_dim, self.rank = nope_head_dim, rope_head_dim, v_head_dim, kv_rank
         self.mask, self.window, self.prefix, self.rope, self.chunk = mask, window, prefix, rope, chunk

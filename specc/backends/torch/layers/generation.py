@@ -19,6 +19,6 @@ def pick_tokens(logits: Tensor, temperature: float | None, top_k: int | None, to
         logits = logits.masked_fill(logits < logits.topk(min(top_k, logits.shape[-1]), -1).values[:, -1:], -torch.inf)
     if top_p is not None and top_p < 1.0:
         sorted_logits, order = logits.sort(-1, descending=True)
-        probs = sorted_logits.softmax(-1)  # keep the smallest prefix whose mass reaches top_p
+        probs = sorted_logits.softmax(-1)  # keep the most probable tokens whose mass reaches top_p
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(probs.cumsum(-1) - probs > top_p, -torch.inf))
     return torch.multinomial(logits.softmax(-1), 1, generator=gen)[:, 0]

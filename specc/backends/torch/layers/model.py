@@ -99,18 +99,31 @@ class Model(nn.Module):
         return logits
 
     @torch.no_grad()  # not inference_mode: the returned ids may feed a model that trains
-    def generate(self, input_ids: Tensor, max_new_tokens: int, attention_mask: Tensor | None = None, *, seed=None,
-                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                 eos_token_id: int | None = None, use_cache: bool = True, decoder_input_ids: Tensor | None = None,
-                 decoder_start_token_id: int = 1) -> Tensor:  # fmt: skip
+    def generate(
+        self,
+        input_ids: Tensor,
+        max_new_tokens: int,
+        attention_mask: Tensor | None = None,
+        *,
+        seed: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        eos_token_id: int | None = None,
+        use_cache: bool = True,
+        decoder_input_ids: Tensor | None = None,
+        decoder_start_token_id: int = 1,
+    ) -> Tensor:
         """The sequence with up to ``max_new_tokens`` appended: decoders extend ``input_ids`` (left padding
         allowed), encoder-decoders ``decoder_input_ids`` (default: ``decoder_start_token_id``). Sampling after
         temperature / top_k / top_p from a generator seeded by ``seed``; use_cache False: recompute every step."""
-        seq2seq, eos = self.STEP_INPUT == "decoder_input_ids", eos_token_id
-        start = input_ids.new_full((len(input_ids), 1), decoder_start_token_id)
-        prompt = (start if decoder_input_ids is None else decoder_input_ids) if seq2seq else input_ids
-        (b, n), limit = prompt.shape, self.META.get("max_positions")
-        if limit is not None and n + max_new_tokens > limit:
+        seq2seq = self.STEP_INPUT == "decoder_input_ids"
+        prompt = input_ids
+        if seq2seq:
+            start = input_ids.new_full((len(input_ids), 1), decoder_start_token_id)
+            prompt = start if decoder_input_ids is None else decoder_input_ids
+        b, n = prompt.shape
+        if "max_positions" in self.META and n + max_new_tokens > (limit := self.META["max_positions"]):
             raise GenerationError(f"{n} prompt + {max_new_tokens} new tokens exceed the {limit} learned positions")
         tokens = torch.cat((prompt, prompt.new_zeros(b, max_new_tokens)), 1)
         fixed = {"input_ids": input_ids, "attention_mask": attention_mask} if seq2seq else {}
@@ -120,17 +133,18 @@ class Model(nn.Module):
         cache = self.start(fixed, tokens.shape[1]) if use_cache else None
         try:
             self.eval()
-            while n < tokens.shape[1] and not (eos is not None and bool(done.all())):
+            while n < tokens.shape[1] and not (eos_token_id is not None and bool(done.all())):
                 grown = {} if mask is None else {"attention_mask": mask[:, :n]}
-                if cache is not None and cache.length <= self.META.get("rebuild_cache_after", n) < n:  # RoPE switch
+                rebuild = "rebuild_cache_after" in self.META and cache is not None  # RoPE switches frequencies
+                if rebuild and cache.length <= self.META["rebuild_cache_after"] < n:
                     cache = self.start(fixed, tokens.shape[1])  # every key again, under the new frequencies
-                if cache is not None and n >= self.META.get("prefix", 0):  # a prefix attends both ways: recompute
+                if cache is not None and ("prefix" not in self.META or n >= self.META["prefix"]):
                     logits = self.step(cache, tokens[:, cache.length : n], **grown)
-                else:
+                else:  # all tokens again: no cache, or attention that is not causal yet
                     logits = self(**{self.STEP_INPUT: tokens[:, :n], **fixed, **grown})
                 nxt = pick_tokens(logits[:, -1], temperature, top_k, top_p, gen)
-                if eos is not None:  # finished rows repeat eos
-                    done |= (nxt := nxt.masked_fill(done, eos)) == eos
+                if eos_token_id is not None:  # finished rows repeat eos
+                    done |= (nxt := nxt.masked_fill(done, eos_token_id)) == eos_token_id
                 tokens[:, n], n = nxt, n + 1
         finally:
             self.train(was_training)

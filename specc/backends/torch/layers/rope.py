@@ -120,26 +120,21 @@ def by_length(scaling: dict[str, Any] | None) -> bool:
 
 class Rotary(nn.Module):
     """RoPE on the first ``dims`` dims of each q/k head: the two halves rotated together (GPT-NeoX, Llama) or,
-    ``interleaved``, adjacent pairs (GPT-J); optional frequency ``scaling``; cos/sin built once per call."""
+    ``interleaved``, adjacent pairs (GPT-J); cos/sin built once per call."""
 
-    def __init__(self, dims: int, theta: float = 10000.0, scaling: dict[str, Any] | None = None,
-                 interleaved: bool = False):  # fmt: skip
+    def __init__(self, dims: int, theta: float = 10000.0, interleaved: bool = False):
         super().__init__()
-        self.dims, self.theta, self.scaling, self.interleaved = dims, theta, scaling, interleaved
-        self.scale = attention_factor(scaling)
-        self.key = ("rope", dims, theta, repr(scaling), interleaved)
+        self.dims, self.theta, self.interleaved = dims, theta, interleaved
+        self.key = ("rope", dims, theta, interleaved)
+
+    def inv_freq(self, pos: Tensor) -> Tensor:
+        """Inverse frequencies [dims / 2] of a call at positions ``pos``."""
+        return plain_inv_freq(self.dims, self.theta).to(pos.device)
 
     def tables(self, pos: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos, sin [B | 1, 1, N, dims / 2] at int positions [B | 1, N], scaled, in ``dtype``."""
-        if by_length(self.scaling):
-            inv = inv_freq_at(self.dims, self.theta, self.scaling, pos.max() + 1)
-        else:
-            inv = static_inv_freq(self.dims, self.theta, self.scaling).to(pos.device)
-        angles = pos.float()[:, None, :, None] * inv
-        cos, sin = angles.cos(), angles.sin()
-        if self.scale != 1.0:
-            cos, sin = cos * self.scale, sin * self.scale
-        return cos.to(dtype), sin.to(dtype)
+        """cos, sin [B | 1, 1, N, dims / 2] at int positions [B | 1, N], in ``dtype``."""
+        angles = pos.float()[:, None, :, None] * self.inv_freq(pos)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
 
     def forward(self, q: Tensor, k: Tensor, state: State | None) -> tuple[Tensor, Tensor]:
         key = (*self.key, q.dtype)
@@ -160,5 +155,26 @@ class Rotary(nn.Module):
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest), -1)
 
     def extra_repr(self) -> str:
-        extra = f", scaling={self.scaling['type']}" if self.scaling else ""
+        extra = f", scaling={self.scaling['type']}" if getattr(self, "scaling", None) else ""
         return f"dims={self.dims}, theta={self.theta:g}{extra}{', interleaved=True' if self.interleaved else ''}"
+
+
+class ScaledRotary(Rotary):
+    """Rotary with frequency ``scaling`` (linear | dynamic | llama3 | yarn | longrope) and the cos/sin scale
+    yarn and longrope apply."""
+
+    def __init__(self, dims: int, theta: float = 10000.0, scaling: dict[str, Any] | None = None, interleaved=False):
+        super().__init__(dims, theta, interleaved)
+        self.scaling, self.scale = scaling, attention_factor(scaling)
+        self.key = (*self.key, repr(scaling))
+
+    def inv_freq(self, pos: Tensor) -> Tensor:
+        if by_length(self.scaling):
+            return inv_freq_at(self.dims, self.theta, self.scaling, pos.max() + 1)
+        return static_inv_freq(self.dims, self.theta, self.scaling).to(pos.device)
+
+    def tables(self, pos: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        cos, sin = super().tables(pos, torch.float32)
+        if self.scale != 1.0:
+            cos, sin = cos * self.scale, sin * self.scale
+        return cos.to(dtype), sin.to(dtype)

@@ -1,0 +1,66 @@
+"""What the layer library's branches test, decided for one model from its layer graph (typed op attributes).
+
+``model_facts(graph)`` maps expressions of the library source (``self.mask``, ``'prefix' in self.META``) to the
+values they can take in this model; ``specialise`` cuts the branches they decide when model.py is written.
+A fact is only stated where the graph fixes it: an expression missing here keeps all its branches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ....ir.graph import LayerGraph
+from .specialise import SOMETHING, Facts
+
+STEP_INPUTS = {"causal_lm": "input_ids", "seq2seq": "decoder_input_ids"}
+RUNTIME_FACTS = ("dtype", "seed", "init_std", "residual_std", "max_positions", "positions_follow", "prefix")
+RUNTIME_FACTS += ("rebuild_cache_after",)
+
+
+def runtime_meta(graph: LayerGraph) -> dict[str, Any]:
+    """The graph facts the generated code reads at run time (the root class's META)."""
+    meta = dict(graph.meta)
+    prefixes = [op.attrs.prefix for op in graph.ops() if op.kind == "attention" and op.attrs.mask == "prefix"]
+    if prefixes:
+        meta["prefix"] = max(prefixes)  # cached decoding starts once the sequence covers the prefix
+    return {k: meta[k] for k in RUNTIME_FACTS if meta.get(k) is not None}
+
+
+SPANS = ("window", "prefix", "chunk")  # the sizes of the mask kinds
+
+
+def _values(values: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def model_facts(graph: LayerGraph) -> Facts:
+    ops = list(graph.ops())
+    kinds = {op.kind for op in ops}
+    attention = [op.attrs for op in ops if op.kind == "attention"]
+    own = [a for a in attention if not a.cross]
+    rotary = [a for a in own if a.rope_dims]
+    masks = {a.mask for a in own} | ({"none"} if len(own) < len(attention) else set())  # cross: the core's "none"
+    meta = runtime_meta(graph)
+    facts: Facts = {
+        "self.mask": sorted(masks),
+        "self.rope": [*([None] if len(rotary) < len(own) else []), *([SOMETHING] if rotary else [])],
+        **{f"self.{k}": _values([getattr(a, k) for a in own] + [None] * (len(own) < len(attention))) for k in SPANS},
+        "self.interleaved": sorted({a.rope_interleaved for a in rotary}),
+        "self.STEP_INPUT": [STEP_INPUTS.get(graph.meta["task"])],
+        "self.positions_from": [None] if "positions_follow" not in meta else [None, SOMETHING],
+    }
+    for key in ("max_positions", "prefix", "rebuild_cache_after"):  # the META facts generation tests for
+        facts[f"{key!r} in self.META"] = [key in meta]
+        facts[f"{key!r} not in self.META"] = [key not in meta]
+    recurrent = kinds & {"rnn", "rnn_decoder"}
+    if "rnn" not in kinds:
+        facts["isinstance(module, nn.RNNBase)"] = [False]
+    if "rnn_decoder" not in kinds:
+        facts['hasattr(module, "cell")'] = [False]
+    if not recurrent:
+        facts['rule == "rnn"'] = [False]
+    return {k: v for k, v in facts.items() if v}

@@ -1,0 +1,609 @@
+"""Specialise Python source to one model: branches the model's facts decide are cut, then what no longer runs.
+
+``specialise(source, facts)`` edits the text (comments and layout survive): ``facts`` maps an expression, as
+written in the source, to the values it can take in this model (``{"self.mask": ["causal"]}``); an ``if``,
+conditional expression, comparison or ``and`` / ``or`` whose outcome follows from them keeps only the branch
+that runs. Then it removes what the cuts left unused: locals bound to a known value, methods nobody calls,
+attributes nobody reads (those set from a name or a literal only: modules and parameters stay), parameters
+nobody passes or reads, and top-level definitions nobody names. The standalone model.py runs its layer library
+through it, so a GPT-2 file carries no sliding-window or prefix mask, no seq2seq generation, no RNN init rule.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from torch import nn
+
+Facts = dict[str, list[Any]]  # expression (as ast.unparse writes it) → the values it may take
+SOMETHING = type("Something", (), {"__repr__": lambda self: "SOMETHING"})()  # a value that is neither None nor falsy
+_UNKNOWN = None  # values(): not known
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+}
+_LITERALS = (bool, int, float, str, type(None))
+_BY_NAME = ("getattr", "hasattr", "setattr", "delattr")
+
+
+def normalise(facts: Facts) -> Facts:
+    """Keys as ``ast.unparse`` writes them, so ``"prefix" in self.META`` matches ``'prefix' in self.META``."""
+    return {ast.unparse(ast.parse(k, mode="eval").body): v for k, v in facts.items()}
+
+
+def specialise(source: str, facts: Facts, keep: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    """``source`` with the branches ``facts`` decide cut and what that leaves unused removed; ``keep``: names
+    that stay even when nothing in ``source`` uses them (the API: ``build``, ``generate``)."""
+    facts = normalise(facts)
+    lines = source.split("\n")
+    out, done = [], 0
+    for stmt in ast.parse(source).body:  # folding needs no other definition: one at a time, small and fast
+        first, last = _first_line(stmt), stmt.end_lineno  # type: ignore[attr-defined]
+        out += [*lines[done : first - 1], _fixpoint("\n".join(lines[first - 1 : last]), lambda s: _Folder(s, facts))]
+        done = last
+    source = "\n".join([*out, *lines[done:]])
+    return _fixpoint(source, lambda s: _Pruner(s, keep))
+
+
+def _fixpoint(source: str, editor: Any) -> str:
+    for _ in range(2000):  # one edit per round: positions are read anew after each
+        edit = editor(source).first()
+        if edit is None:
+            return source
+        source = edit
+    raise AssertionError("specialise: no fixpoint")
+
+
+# ---------------------------------------------------------------------------------------------- text edits
+
+
+class _Text:
+    def __init__(self, source: str):
+        self.source = source
+        self.lines = source.split("\n")
+        self.tree = ast.parse(source)
+        self.parents: dict[ast.AST, ast.AST] = {}
+        for node in ast.walk(self.tree):
+            for child in ast.iter_child_nodes(node):
+                self.parents[child] = node
+
+    def segment(self, node: ast.AST) -> str:
+        return ast.get_source_segment(self.source, node) or ast.unparse(node)
+
+    def replace(self, node: ast.AST, text: str) -> str:
+        """The source with ``node``'s segment replaced (columns are utf-8 byte offsets); parentheses around the
+        segment go too when the new text is one name, literal, call or comparison."""
+        lines = [ln.encode() for ln in self.lines]
+        a, b = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined, operator]
+        head, tail = lines[a][: node.col_offset], lines[b][node.end_col_offset :]  # type: ignore[attr-defined]
+        atomic = isinstance(ast.parse(text, mode="eval").body, (ast.Name, ast.Constant, ast.Call, ast.Compare))
+        while atomic and head.endswith(b"(") and tail.startswith(b")"):
+            before = head[:-1][-1:]
+            if before.isalnum() or before in (b"_", b")", b"]"):  # a call's parentheses
+                break
+            head, tail = head[:-1], tail[1:]
+        new = [*lines[:a], head + text.encode() + tail, *lines[b + 1 :]]
+        return "\n".join(x.decode() for x in new)
+
+    def replace_lines(self, first: int, last: int, new: list[str]) -> str:
+        """Lines first..last (1-based, inclusive) replaced by ``new``."""
+        return "\n".join([*self.lines[: first - 1], *new, *self.lines[last:]])
+
+    def block(self, body: list[ast.stmt], indent: int) -> list[str]:
+        """The lines of statements ``body`` re-indented to ``indent`` columns (comments inside come along)."""
+        first, last = _first_line(body[0]), body[-1].end_lineno  # type: ignore[attr-defined]
+        lines = self.lines[first - 1 : last]
+        shift = body[0].col_offset - indent
+        return [ln[shift:] if ln[:shift].strip() == "" else ln for ln in lines]
+
+
+def _first_line(node: ast.stmt) -> int:
+    decorators = getattr(node, "decorator_list", [])
+    return min([node.lineno, *(d.lineno - 1 for d in decorators)])  # decorators sit above ``def``
+
+
+def _is_elif(t: _Text, node: ast.If) -> bool:
+    return t.lines[node.lineno - 1].lstrip().startswith("elif")
+
+
+def _else_line(t: _Text, node: ast.If) -> int:
+    """The line of ``else:`` before node's orelse."""
+    line = _first_line(node.orelse[0]) - 1
+    while not t.lines[line - 1].lstrip().startswith("else"):
+        line -= 1
+    return line
+
+
+# ---------------------------------------------------------------------------------------------- folding
+
+
+class _Folder(_Text):
+    """Finds the first construct whose outcome the facts decide and returns the source with it folded."""
+
+    def __init__(self, source: str, facts: Facts):
+        super().__init__(source)
+        self.facts = facts
+        self.local: dict[str, list[Any]] = {}
+
+    def first(self) -> str | None:
+        return self._body(self.tree.body)
+
+    # values ------------------------------------------------------------------------------------------
+
+    def values(self, node: ast.AST) -> list[Any] | None:
+        """The values ``node`` may take, where the facts tell; None where they do not."""
+        if isinstance(node, ast.Constant):
+            return [node.value]
+        if isinstance(node, ast.Tuple) and all(isinstance(e, ast.Constant) for e in node.elts):
+            return [tuple(e.value for e in node.elts)]  # type: ignore[attr-defined]
+        if isinstance(node, ast.Name) and node.id in self.local:
+            return self.local[node.id]
+        key = ast.unparse(node)
+        if key in self.facts:
+            return self.facts[key]
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            left, right = self.values(node.left), self.values(node.comparators[0])
+            if left is None or right is None:
+                return None
+            out = {_compare(node.ops[0], a, b) for a in left for b in right}
+            return None if None in out else list(out)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            truth = self.truth(node.operand)
+            return None if truth is None else [not truth]
+        return None
+
+    def truth(self, node: ast.AST) -> bool | None:
+        """Whether ``node`` is truthy in every case the facts allow (None: not decided)."""
+        if isinstance(node, ast.BoolOp):
+            truths = [self.truth(v) for v in node.values]
+            if isinstance(node.op, ast.And):
+                return False if False in truths else True if all(t is True for t in truths) else None
+            return True if True in truths else False if all(t is False for t in truths) else None
+        values = self.values(node)
+        if not values:
+            return None
+        truths = {bool(v) for v in values}
+        return truths.pop() if len(truths) == 1 else None
+
+    # statements --------------------------------------------------------------------------------------
+
+    def _body(self, body: list[ast.stmt]) -> str | None:
+        for stmt in body:
+            out = self._stmt(stmt)
+            if out is not None:
+                return out
+        return None
+
+    def _stmt(self, stmt: ast.stmt) -> str | None:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            saved, self.local = self.local, self._locals(stmt)
+            try:
+                return self._exprs(stmt.args) or self._body(stmt.body)
+            finally:
+                self.local = saved
+        if isinstance(stmt, ast.ClassDef):
+            return self._body(stmt.body)
+        if isinstance(stmt, ast.If):
+            truth = self.truth(stmt.test)
+            if truth is not None:
+                return self._fold_if(stmt, truth)
+            return self._test(stmt.test) or self._body(stmt.body) or self._body(stmt.orelse)
+        if isinstance(stmt, ast.While):
+            return self._test(stmt.test) or self._body(stmt.body)
+        if isinstance(stmt, ast.Assert):
+            return self._test(stmt.test) or self._exprs(stmt)
+        if isinstance(stmt, (ast.For, ast.With)):
+            head = self._expr(stmt.iter) if isinstance(stmt, ast.For) else None
+            for item in getattr(stmt, "items", []):
+                head = head or self._expr(item.context_expr)
+            return head or self._body(stmt.body) or self._body(getattr(stmt, "orelse", []))
+        if isinstance(stmt, ast.Try):
+            handlers = [h.body for h in stmt.handlers]
+            return next(filter(None, map(self._body, [stmt.body, *handlers, stmt.orelse, stmt.finalbody])), None)
+        return self._exprs(stmt)
+
+    def _locals(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, list[Any]]:
+        """Names bound once in ``fn`` (a plain assignment, not a parameter) whose value the facts decide."""
+        stores: dict[str, list[ast.AST]] = {}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                stores.setdefault(node.id, []).append(self.parents.get(node))  # type: ignore[arg-type]
+        params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+        out: dict[str, list[Any]] = {}
+        for name, owners in stores.items():
+            owner = owners[0]
+            if name in params or len(owners) != 1 or not isinstance(owner, (ast.Assign, ast.Tuple)):
+                continue
+            if isinstance(owner, ast.Tuple):  # a, b = x, y
+                assign = self.parents.get(owner)
+                if not (isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Tuple)):
+                    continue
+                if assign.targets != [owner] or len(assign.value.elts) != len(owner.elts):
+                    continue
+                value = next(v for t, v in zip(owner.elts, assign.value.elts, strict=True) if _named(t, name))
+            elif len(owner.targets) == 1 and isinstance(owner.targets[0], ast.Name):
+                value = owner.value
+            else:
+                continue
+            values = self.values(value)
+            if values is not None and all(isinstance(v, _LITERALS) for v in values):
+                out[name] = values
+        return out
+
+    def _fold_if(self, stmt: ast.If, truth: bool) -> str:
+        first, last = stmt.lineno, stmt.end_lineno  # type: ignore[attr-defined]
+        indent = stmt.col_offset
+        if _is_elif(self, stmt):  # an elif: the parent's else branch
+            if truth:  # `elif t:` → `else:` (its own else dropped)
+                return self.replace_lines(first, last, [" " * indent + "else:", *self.block(stmt.body, indent + 4)])
+            if not stmt.orelse:
+                return self.replace_lines(first, last, [])
+            if isinstance(stmt.orelse[0], ast.If) and len(stmt.orelse) == 1 and _is_elif(self, stmt.orelse[0]):
+                return self.replace_lines(first, stmt.orelse[0].lineno - 1, [])
+            return self.replace_lines(first, _else_line(self, stmt) - 1, [])
+        if truth:
+            new = self.block(stmt.body, indent)
+        elif not stmt.orelse:
+            new = []
+        elif len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If) and _is_elif(self, stmt.orelse[0]):
+            elif_line = stmt.orelse[0].lineno
+            text = self.lines[elif_line - 1]
+            head = text.replace("elif", "if", 1)
+            return self.replace_lines(first, elif_line, [head])
+        else:
+            new = self.block(stmt.orelse, indent)
+        parent_body = self._siblings(stmt)
+        if not new and parent_body is not None and len(parent_body) == 1:
+            new = [" " * indent + "pass"]
+        return self.replace_lines(first, last, new)
+
+    def _siblings(self, stmt: ast.stmt) -> list[ast.stmt] | None:
+        parent = self.parents.get(stmt)
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and stmt in block:
+                return block
+        return None
+
+    # expressions -------------------------------------------------------------------------------------
+
+    def _test(self, test: ast.expr) -> str | None:
+        """A condition only read for its truth: ``and`` / ``or`` operands the facts decide are dropped."""
+        if isinstance(test, ast.BoolOp):
+            keep = [v for v in test.values if self.truth(v) is not isinstance(test.op, ast.And)]
+            if len(keep) < len(test.values) and keep:
+                join = " and " if isinstance(test.op, ast.And) else " or "
+                return self.replace(test, join.join(self._operand(v, test) for v in keep))
+            for v in test.values:
+                out = self._test(v)
+                if out is not None:
+                    return out
+            return None
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self._test(test.operand)
+        return self._expr(test)
+
+    def _operand(self, node: ast.expr, parent: ast.BoolOp) -> str:
+        text = self.segment(node)
+        needs = isinstance(node, (ast.BoolOp, ast.IfExp, ast.Lambda, ast.NamedExpr)) and not text.startswith("(")
+        return f"({text})" if needs else text
+
+    def _exprs(self, node: ast.AST) -> str | None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                out = self._expr(child)
+            elif isinstance(child, (ast.arguments, ast.keyword, ast.comprehension, ast.arg)):
+                out = self._exprs(child)
+            else:
+                continue
+            if out is not None:
+                return out
+        return None
+
+    def _expr(self, node: ast.expr) -> str | None:
+        if isinstance(node, (ast.Lambda, ast.Constant)) or isinstance(getattr(node, "ctx", None), ast.Store):
+            return None
+        if isinstance(node, ast.Attribute):  # self.mask → "causal" where the model has one value
+            values = self.facts.get(ast.unparse(node))
+            if values is not None and len(values) == 1 and isinstance(values[0], _LITERALS):
+                return self.replace(node, repr(values[0]))
+        if isinstance(node, ast.Compare):
+            values = self.values(node)
+            if values is not None and len(values) == 1:
+                return self.replace(node, repr(values[0]))
+        if isinstance(node, ast.IfExp):
+            truth = self.truth(node.test)
+            if truth is not None:
+                chosen = node.body if truth else node.orelse
+                text = self.segment(chosen)
+                wrap = isinstance(chosen, (ast.IfExp, ast.BoolOp, ast.Lambda, ast.Tuple)) and not text.startswith("(")
+                return self.replace(node, f"({text})" if wrap else text)
+            return self._test(node.test) or self._expr(node.body) or self._expr(node.orelse)
+        if isinstance(node, ast.BoolOp):  # a value: leading operands the facts decide
+            first = self.truth(node.values[0])
+            if first is not None and len(node.values) > 1:
+                decides = first is not isinstance(node.op, ast.And)  # True or ...: the first; False and ...: too
+                rest = node.values[1:]
+                if decides:
+                    return self.replace(node, self._operand(node.values[0], node))
+                join = " and " if isinstance(node.op, ast.And) else " or "
+                return self.replace(node, join.join(self._operand(v, node) for v in rest))
+        return self._exprs(node)
+
+
+def _named(target: ast.expr, name: str) -> bool:
+    return isinstance(target, ast.Name) and target.id == name
+
+
+def _compare(op: ast.cmpop, a: Any, b: Any) -> Any:
+    """The comparison, or None where SOMETHING makes it undecidable."""
+    if SOMETHING in (a, b) or (isinstance(b, tuple) and SOMETHING in b):
+        if isinstance(op, (ast.Is, ast.IsNot)) and None in (a, b):
+            return isinstance(op, ast.IsNot)
+        return None
+    try:
+        return bool(_COMPARE[type(op)](a, b))
+    except TypeError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- pruning
+
+
+class _Pruner(_Text):
+    """Finds the first definition, attribute, parameter or local left unused and returns the source without it."""
+
+    def __init__(self, source: str, keep: set[str]):
+        super().__init__(source)
+        self.keep = keep
+        self.loaded: set[str] = set()  # attributes read anywhere, by name or by getattr / hasattr
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                self.loaded.add(node.attr)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _BY_NAME:
+                self.loaded |= {a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+
+    def first(self) -> str | None:
+        return self._toplevel() or self._classes() or self._functions()
+
+    def _toplevel(self) -> str | None:
+        reads = [Counter(_reads(stmt)) for stmt in self.tree.body]  # names and strings each statement reads
+        total = sum(reads, Counter())
+        for stmt, inside in zip(self.tree.body, reads, strict=True):
+            names = _defined(stmt)
+            if not names or names & self.keep:
+                continue
+            if not any(total[n] > inside[n] for n in names):
+                return self.replace_lines(_first_line(stmt), stmt.end_lineno, [])  # type: ignore[arg-type]
+        return None
+
+    def _classes(self) -> str | None:
+        for cls in (n for n in self.tree.body if isinstance(n, ast.ClassDef)):
+            for stmt in cls.body:
+                if isinstance(stmt, ast.FunctionDef) and _only_super_init(stmt) and self._same_init(cls, stmt):
+                    return self._drop(stmt, cls.body)
+                if isinstance(stmt, ast.FunctionDef):
+                    unused = stmt.name not in self.loaded | self.keep and not hasattr(nn.Module, stmt.name)
+                    if stmt.name == "extra_repr" or (unused and not stmt.name.startswith("__")):
+                        return self._drop(stmt, cls.body)
+                elif isinstance(stmt, ast.Assign):
+                    out = self._assign(stmt, cls.body, lambda t: isinstance(t, ast.Name) and t.id not in self.loaded)
+                    if out is not None:
+                        return out
+            for fn in (s for s in cls.body if isinstance(s, ast.FunctionDef)):
+                for stmt in ast.walk(fn):
+                    if isinstance(stmt, ast.Assign):
+                        out = self._assign(stmt, self._siblings(stmt) or [], self._unread_attribute)
+                        if out is not None:
+                            return out
+        return None
+
+    def _same_init(self, cls: ast.ClassDef, init: ast.FunctionDef) -> bool:
+        """Whether ``cls``'s one base in this source has an ``__init__`` of the same signature (defaults too)."""
+        defs = {c.name: c for c in self.tree.body if isinstance(c, ast.ClassDef)}
+        base = defs.get(ast.unparse(cls.bases[0])) if len(cls.bases) == 1 else None
+        theirs = [f for f in (base.body if base else []) if isinstance(f, ast.FunctionDef) and f.name == "__init__"]
+        return bool(theirs) and ast.unparse(theirs[0].args) == ast.unparse(init.args)
+
+    def _unread_attribute(self, t: ast.expr) -> bool:
+        return (
+            isinstance(t, ast.Attribute)
+            and isinstance(t.value, ast.Name)
+            and t.value.id == "self"
+            and t.attr not in self.loaded
+        )
+
+    def _siblings(self, stmt: ast.stmt) -> list[ast.stmt] | None:
+        parent = self.parents.get(stmt)
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and stmt in block:
+                return block
+        return None
+
+    def _assign(self, stmt: ast.Assign, siblings: list[ast.stmt], unused: Any) -> str | None:
+        """``stmt`` without the targets ``unused`` picks whose values are plain (a name, a literal, ``{}``)."""
+        if len(stmt.targets) != 1:
+            return None
+        target, value = stmt.targets[0], stmt.value
+        if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+            pairs = list(zip(target.elts, value.elts, strict=True))
+            keep = [(t, v) for t, v in pairs if not (unused(t) and _plain(v))]
+            if len(keep) == len(pairs):
+                return None
+            if not keep:
+                return self._drop(stmt, siblings)
+            indent = " " * stmt.col_offset
+            tail = self.lines[stmt.end_lineno - 1].encode()[stmt.end_col_offset :].decode()  # type: ignore[attr-defined]
+            left = ", ".join(self.segment(t) for t, _ in keep)
+            right = ", ".join(self.segment(v) for _, v in keep)
+            line = f"{indent}{left} = {right}{tail}"
+            return self.replace_lines(stmt.lineno, stmt.end_lineno, [line])  # type: ignore[arg-type]
+        if unused(target) and _plain(value):
+            return self._drop(stmt, siblings)
+        return None
+
+    def _drop(self, stmt: ast.stmt, siblings: list[ast.stmt]) -> str:
+        new = [" " * stmt.col_offset + "pass"] if len(siblings) == 1 else []
+        return self.replace_lines(_first_line(stmt), stmt.end_lineno, new)  # type: ignore[arg-type]
+
+    def _functions(self) -> str | None:
+        calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
+        bases: dict[str, set[str]] = {}  # class → the names that construct it (itself and its subclasses)
+        classes = [n for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)]
+        for c in classes:
+            bases[c.name] = {c.name}
+        for _ in classes:  # transitive
+            for c in classes:
+                for b in c.bases:
+                    name = b.id if isinstance(b, ast.Name) else None
+                    if name in bases:
+                        bases[name] |= bases[c.name]
+        for fn in (n for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef)):
+            out = self._dead_locals(fn)
+            if out is None and (fn.name == "__init__" or not hasattr(nn.Module, fn.name)):
+                owner = self.parents.get(fn)
+                names = bases.get(owner.name, set()) if isinstance(owner, ast.ClassDef) else set()
+                mine = owner.name if isinstance(owner, ast.ClassDef) else None
+                reaching = [c for c in calls if _may_call(c, fn, names, mine, self._class_of(c))]
+                out = self._unused_params(fn, reaching)
+            if out is not None:
+                return out
+        return None
+
+    def _class_of(self, node: ast.AST) -> str | None:
+        while node in self.parents:
+            node = self.parents[node]
+            if isinstance(node, ast.ClassDef):
+                return node.name
+        return None
+
+    def _dead_locals(self, fn: ast.FunctionDef) -> str | None:
+        """``name = <literal>`` whose name nothing in ``fn`` reads (left behind by folding)."""
+        read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for stmt in ast.walk(fn):
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and stmt.targets[0].id not in read
+                and isinstance(stmt.value, ast.Constant)
+            ):
+                return self._drop(stmt, self._siblings(stmt) or [])
+            if isinstance(stmt, ast.Assign):  # a, b = x, y: the pairs whose name is never read, their value pure
+                out = self._assign(
+                    stmt, self._siblings(stmt) or [], lambda t: isinstance(t, ast.Name) and t.id not in read
+                )
+                if out is not None:
+                    return out
+        return None
+
+    def _unused_params(self, fn: ast.FunctionDef, calls: list[ast.Call]) -> str | None:
+        """A parameter with a default that the body does not read and no call that may reach ``fn`` passes."""
+        keywords = {k.arg for c in calls for k in c.keywords}
+        if None in keywords or any(isinstance(a, ast.Starred) for c in calls for a in c.args):
+            return None  # f(**kw), f(*args): anything may be passed
+        read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        args = fn.args
+        positional = [*args.posonlyargs, *args.args]
+        most = max((len(c.args) + 1 for c in calls), default=0)  # + 1: a method's self
+        first_default = len(positional) - len(args.defaults)
+        for i, a in enumerate(positional):
+            if i >= first_default and i >= most and a.arg not in read and a.arg not in keywords:
+                new = ast.arguments(
+                    posonlyargs=[],
+                    args=[p for p in positional if p is not a],
+                    vararg=args.vararg,
+                    kwonlyargs=args.kwonlyargs,
+                    kw_defaults=args.kw_defaults,
+                    kwarg=args.kwarg,
+                    defaults=[d for j, d in enumerate(args.defaults) if j + first_default != i],
+                )
+                return self._signature(fn, new)
+        for i, a in enumerate(args.kwonlyargs):
+            if args.kw_defaults[i] is not None and a.arg not in read and a.arg not in keywords:
+                new = ast.arguments(
+                    posonlyargs=args.posonlyargs,
+                    args=args.args,
+                    vararg=args.vararg,
+                    kwonlyargs=[k for k in args.kwonlyargs if k is not a],
+                    kw_defaults=[d for j, d in enumerate(args.kw_defaults) if j != i],
+                    kwarg=args.kwarg,
+                    defaults=args.defaults,
+                )
+                return self._signature(fn, new)
+        return None
+
+    def _signature(self, fn: ast.FunctionDef, args: ast.arguments) -> str:
+        returns = f" -> {self.segment(fn.returns)}" if fn.returns else ""
+        line = f"{' ' * fn.col_offset}def {fn.name}({ast.unparse(args)}){returns}:"
+        return self.replace_lines(fn.lineno, fn.body[0].lineno - 1, [line])
+
+
+def _may_call(
+    call: ast.Call, fn: ast.FunctionDef, constructors: set[str], owner: str | None, caller: str | None
+) -> bool:
+    """Whether ``call`` may reach ``fn``: by its name; a class's ``__init__`` by the name of the class or of a
+    subclass (``constructors``), or by super().__init__ in a subclass (``caller``: the class the call is in).
+    Calls of computed callables (``table[k](...)``) are taken to reach none: the library names what it calls."""
+    f = call.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    if fn.name != "__init__":
+        return name == fn.name
+    if name == "__init__":
+        return caller in constructors and caller != owner
+    return name in constructors
+
+
+def _only_super_init(fn: ast.FunctionDef) -> bool:
+    """``def __init__(self, a, b=1): super().__init__(a, b)``: the base's constructor as it is."""
+    if fn.name != "__init__" or len(fn.body) != 1 or not isinstance(fn.body[0], ast.Expr):
+        return False
+    call = fn.body[0].value
+    params = [a.arg for a in fn.args.args[1:]]
+    return (
+        isinstance(call, ast.Call)
+        and ast.unparse(call.func) == "super().__init__"
+        and not fn.args.kwonlyargs
+        and not call.keywords
+        and [ast.unparse(a) for a in call.args] == params
+    )
+
+
+def _plain(value: ast.expr) -> bool:
+    """A value whose computation does nothing besides (names, literals, attribute and item reads)."""
+    if isinstance(value, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(value, (ast.Attribute, ast.Subscript, ast.BinOp)):
+        return all(_plain(c) for c in ast.iter_child_nodes(value) if isinstance(c, ast.expr))
+    return isinstance(value, (ast.Dict, ast.List, ast.Tuple)) and not any(ast.iter_child_nodes(value))
+
+
+def _reads(node: ast.AST) -> Iterator[str]:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+            yield sub.id
+        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            yield sub.value
+
+
+def _defined(stmt: ast.stmt) -> set[str]:
+    if isinstance(stmt, (ast.ClassDef, ast.FunctionDef)):
+        return {stmt.name}
+    if isinstance(stmt, ast.Assign):
+        return {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+        return {stmt.target.id}
+    return set()

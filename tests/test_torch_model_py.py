@@ -1,0 +1,168 @@
+"""The standalone model.py is specialised to its model: every family's file gives build_torch's outputs (same
+seeded initialisation), is ruff-clean without format escapes, and holds none of the paths its model does not
+take (mask kinds, RoPE scaling, seq2seq generation, recurrent init)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from test_torch_cases import CASES, SMALL, one_thread, tiny  # noqa: F401  (autouse fixture)
+
+import specc
+from specc.backends.torch import build_torch, example_inputs, write_model_py
+from specc.backends.torch.codegen.facts import model_facts
+from specc.backends.torch.codegen.specialise import specialise
+
+ROOT = Path(__file__).resolve().parents[1]
+GQA = [*SMALL, "attention.kv_heads=2", "dtype=fp32"]
+EXTRA = {  # kinds CASES does not hold: scaled RoPE, soft-capped and per-layer sliding attention, QK-norm, chunks
+    "llama3_scaled_rope": ("llama3.1-8b", [*GQA, "position.scaling.original_max_positions=8"]),
+    "gemma2_softcap_layer_kinds": ("gemma2-9b", [*GQA, "context=8192"]),
+    "qwen3_qk_norm": ("qwen3-8b", GQA),
+    "mistral_sliding_gqa": ("mistral-7b", [*GQA, "attention.window=4"]),
+    "chunked_rope": ("gpt2", [*SMALL, "attention.mask=chunked", "attention.chunk=4", "position=rotary"]),
+    "bloom_alibi": ("bloom-176b", [*SMALL, "dtype=fp32"]),
+    "deepseek_mla_moe": (
+        "deepseek-v3",
+        [
+            *SMALL,
+            "attention.latent={kv_rank: 16, q_rank: 24, rope_head_dim: 8, nope_head_dim: 12, v_head_dim: 10}",
+            "mlp.hidden=16",
+            "mlp.experts=8",
+            "mlp.active=3",
+            "mlp.router.groups=2",
+            "mlp.router.top_groups=1",
+            "mlp.shared.hidden=16",
+            "layer_kinds.dense.mlp.hidden=48",
+            "layer_pattern=[dense, moe]",
+            "position.scaling.original_max_positions=16",
+            "dtype=fp32",
+        ],
+    ),
+}
+
+
+def _spec(case: str):
+    if case in EXTRA:
+        preset, sets = EXTRA[case]
+        return specc.load_spec(preset, sets)
+    return tiny(case)
+
+
+def _import(path: Path) -> ModuleType:
+    loaded = importlib.util.spec_from_file_location(f"model_py_{path.stem}", path)
+    assert loaded and loaded.loader
+    module = importlib.util.module_from_spec(loaded)
+    sys.modules[loaded.name] = module
+    loaded.loader.exec_module(module)
+    return module
+
+
+def _outputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    with torch.no_grad():
+        out = model(**inputs, **({"return_all": True} if "return_all" in model.forward.__code__.co_varnames else {}))
+    return out if isinstance(out, dict) else {"logits": out}
+
+
+def _ruff(path: Path) -> None:
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        return
+    config = ["--config", str(ROOT / "pyproject.toml")]
+    check = subprocess.run([ruff, "check", *config, str(path)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+    fmt = subprocess.run([ruff, "format", "--check", *config, str(path)], capture_output=True, text=True)
+    assert fmt.returncode == 0, fmt.stdout
+
+
+@pytest.mark.parametrize("case", [*CASES, *EXTRA])
+def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> None:
+    spec = _spec(case)
+    path = write_model_py(spec, tmp_path / "model.py")
+    text = path.read_text()
+    assert "fmt:" not in text
+    _ruff(path)
+    module = build_torch(spec)
+    standalone = _import(path).build()
+    assert list(standalone.state_dict()) == list(module.state_dict())
+    inputs = example_inputs(module.graph, batch=2, length=6)
+    want, got = _outputs(module, inputs), _outputs(standalone, inputs)
+    assert want.keys() == got.keys()
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, atol=1e-5, rtol=1e-5)
+
+
+def test_gpt2_holds_none_of_the_paths_it_does_not_take(tmp_path: Path) -> None:
+    text = write_model_py(specc.load_spec("gpt2"), tmp_path / "model.py").read_text()
+    for absent in ("sliding", "chunk", "window", "prefix", "yarn", "longrope", "Rotary", "rnn", "RNN", "cell",
+                   "seq2seq", "decoder_input_ids", "rebuild_cache_after", "softcap", "MoE", "extra_repr"):  # fmt: skip
+        assert absent not in text, absent
+    assert "if self.mask" not in text and "isinstance(module, nn.RNNBase)" not in text
+
+
+def test_a_llama_without_rope_scaling_carries_plain_rope_only(tmp_path: Path) -> None:
+    text = write_model_py(specc.load_spec("llama2-7b"), tmp_path / "model.py").read_text()
+    assert "class Rotary" in text and "ScaledRotary" not in text
+    for absent in ("yarn", "llama3", "longrope", "dynamic", "scaling", "sliding", "interleaved ", "prefix"):
+        assert absent not in text, absent
+
+
+def test_generation_runs_from_the_specialised_file(tmp_path: Path) -> None:
+    """Greedy tokens with the KV cache and left padding equal build_torch's (the cache and mask paths kept)."""
+    spec = tiny("llama_gqa_rope")
+    standalone = _import(write_model_py(spec, tmp_path / "llama.py")).build()
+    module = build_torch(spec)
+    ids = torch.randint(1, 64, (2, 5), generator=torch.Generator().manual_seed(3))
+    mask = torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert torch.equal(standalone.generate(ids, 4, mask), module.generate(ids, 4, mask))
+    assert torch.equal(standalone.generate(ids, 4, use_cache=False), module.generate(ids, 4))
+
+
+def test_facts_name_expressions_the_library_holds() -> None:
+    """A fact whose expression the library no longer contains decides nothing: the two must move together."""
+    import ast
+
+    from specc.backends.torch.codegen.specialise import normalise
+
+    library = ROOT / "specc" / "backends" / "torch" / "layers"
+    written = {ast.unparse(n) for f in library.glob("*.py") for n in ast.walk(ast.parse(f.read_text()))}
+    facts = {**model_facts(specc.lower(tiny("gpt2"))), **model_facts(specc.lower(tiny("transformer")))}
+    for key in normalise(facts):
+        negations = {key.replace(" not in ", " in "), key.replace(" in ", " not in ")}
+        assert key in written or negations & written, key  # a membership test or its negation
+
+
+def test_the_specialiser_keeps_what_is_undecided_and_cuts_what_is_decided() -> None:
+    source = """
+class A:
+    def __init__(self, kind="a", size=None):
+        self.kind, self.size = kind, size
+
+    def f(self, x):
+        if self.kind == "b":
+            return x + 1
+        elif self.kind == "c" and x:
+            return x + 2
+        y = 3 if self.size is None else self.size
+        return x * y
+
+    def unused(self):
+        return 0
+
+
+def helper():
+    return A().f(2)
+"""
+    out = specialise(source, {"self.kind": ["a"], "self.size": [None]}, keep={"helper"})
+    assert "self.kind" not in out and '"b"' not in out and "unused" not in out and "size" not in out
+    assert "y = 3" in out and "return x * y" in out
+    undecided = specialise(source, {"self.kind": ["a", "b"]}, keep={"helper"})
+    assert 'if self.kind == "b"' in undecided and '"c"' not in undecided
+    assert "self.size is None" in undecided
