@@ -29,6 +29,7 @@ EXTRA = {  # kinds CASES does not hold: scaled RoPE, soft-capped and per-layer s
     "mistral_sliding_gqa": ("mistral-7b", [*GQA, "attention.window=4"]),
     "chunked_rope": ("gpt2", [*SMALL, "attention.mask=chunked", "attention.chunk=4", "position=rotary"]),
     "bloom_alibi": ("bloom-176b", [*SMALL, "dtype=fp32"]),
+    "sinks": ("gpt2", [*SMALL, "attention.sinks=true"]),
     "deepseek_mla_moe": (
         "deepseek-v3",
         [
@@ -101,7 +102,7 @@ def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> No
 
 def test_gpt2_holds_none_of_the_paths_it_does_not_take(tmp_path: Path) -> None:
     text = write_model_py(specc.load_spec("gpt2"), tmp_path / "model.py").read_text()
-    for absent in ("sliding", "chunk", "window", "prefix", "yarn", "longrope", "Rotary", "rnn", "RNN", "cell",
+    for absent in ("sliding", "chunk", "window", "self.prefix", '"prefix"', "yarn", "longrope", "Rotary", "rnn", "RNN", "cell",
                    "seq2seq", "decoder_input_ids", "rebuild_cache_after", "softcap", "MoE", "extra_repr"):  # fmt: skip
         assert absent not in text, absent
     assert "if self.mask" not in text and "isinstance(module, nn.RNNBase)" not in text
@@ -110,7 +111,7 @@ def test_gpt2_holds_none_of_the_paths_it_does_not_take(tmp_path: Path) -> None:
 def test_a_llama_without_rope_scaling_carries_plain_rope_only(tmp_path: Path) -> None:
     text = write_model_py(specc.load_spec("llama2-7b"), tmp_path / "model.py").read_text()
     assert "class Rotary" in text and "ScaledRotary" not in text
-    for absent in ("yarn", "llama3", "longrope", "dynamic", "scaling", "sliding", "interleaved ", "prefix"):
+    for absent in ("yarn", "llama3", "longrope", "dynamic", "scaling", "sliding", "interleaved ", "self.prefix"):
         assert absent not in text, absent
 
 

@@ -91,7 +91,7 @@ def _root_facts(graph: LayerGraph, meta: dict, step: str | None) -> list[str]:
         "",
         f"    INPUTS, OUTPUTS = {lit(tuple(graph.inputs))}, {lit(tuple(graph.outputs))}",
         f"    STEP_INPUT = {lit(step)}",
-        *([f"    TIED = {lit(tied_params(graph))}"] if tied_params(graph) else []),
+        *([f"    TIED: ClassVar[dict[str, str]] = {lit(tied_params(graph))}"] if tied_params(graph) else []),
         f"    RESIDUAL = {_long_raw(residual_pattern(graph))}",
         f"    META: ClassVar[dict[str, Any]] = {facts}",
         "",
