@@ -166,3 +166,15 @@ def test_mla_and_deepseek_routing_trace_and_export() -> None:
         traced = torch.jit.trace(model, (ids,), check_trace=False)
     torch.testing.assert_close(traced(ids), want)
     torch.testing.assert_close(torch.export.export(model, (ids,)).module()(ids), want)
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [({"attention": "contrib"}, "standard Attention op only"), ({"kv_cache": True, "genai": True}, "latent")],
+)
+def test_onnx_options_mla_cannot_take_are_refused(tmp_path: Path, options: dict, words: str) -> None:
+    spec = _spec(V3)
+    spec["attention"] = {"heads": 4, "latent": {"kv_rank": 16, "rope_head_dim": 8, "nope_head_dim": 8}}
+    with pytest.raises(SpecError, match=words):
+        specc.export_onnx(spec, tmp_path / "m.onnx", **options)
+    assert not list(tmp_path.iterdir())  # refused before anything is written

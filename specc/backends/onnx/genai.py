@@ -57,6 +57,12 @@ def validate(g: LayerGraph, opts: ExportOptions, quantized: bool) -> None:
     if not opts.padding_mask:
         raise SpecError("--genai needs the attention_mask input", hint="the runtime feeds attention_mask")
     ops = KVCache.plan(g).ops
+    if any(op.kind == "latent_attention" for op in ops):
+        raise SpecError(
+            "--genai: onnxruntime-genai allocates per-head K/V caches; latent attention caches a latent and a "
+            "rotary key of other widths",
+            hint="export without --genai (specc run drives the graph)",
+        )
     layouts = {(op.attrs.kv_heads, op.attrs.head_dim) for op in ops}
     if len(layouts) != 1:
         raise SpecError(
