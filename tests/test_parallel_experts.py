@@ -40,7 +40,33 @@ def _loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
 
 
 def ep_cases() -> dict[str, dict[str, Any]]:
-    return {kind: ep_case(kind) for kind in ROUTING}
+    return {**{kind: ep_case(kind) for kind in ROUTING}, "skewed": skewed_case()}
+
+
+def skewed_case() -> dict[str, Any]:
+    """``dispatch_combine`` when every token picks rank 0's experts (rank 1 receives and sends nothing back of
+    its own) or, on rank 1, when the batch is empty: values and token gradients against the dense sum."""
+    from specc.parallel.experts import dispatch_combine
+
+    r, per = dist.get_rank(), 2  # 4 experts, 2 per rank
+
+    def run(rows: torch.Tensor, sizes: list[int]) -> torch.Tensor:  # expert e scales its rows by 1 + e
+        scale = torch.cat([torch.full((n, 1), 1.0 + r * per + j) for j, n in enumerate(sizes)] or [rows[:0, :1]])
+        return rows * scale
+
+    out = {}
+    for name, count in (("rank0_experts", 5), ("empty_rank1", 0 if r == 1 else 3)):
+        tokens = torch.randn(count, 8, generator=torch.Generator().manual_seed(r)).requires_grad_()
+        chosen = torch.randint(0, 2, (count, 2), generator=torch.Generator().manual_seed(10 + r))  # experts 0, 1
+        weights = torch.rand(count, 2, generator=torch.Generator().manual_seed(20 + r))
+        got = dispatch_combine(tokens, chosen, weights, 4, dist.group.WORLD, run)
+        want = sum(weights[:, a, None] * tokens * (1.0 + chosen[:, a, None]) for a in range(2))
+        (g,) = torch.autograd.grad(got.sum(), tokens, allow_unused=True) if count else (None,)
+        (w,) = torch.autograd.grad(want.sum(), tokens) if count else (None,)
+        if not count:  # nothing to differentiate here: the other rank's backward still needs this one's
+            got.sum().backward() if got.requires_grad else None
+        out[name] = max(float((got - want).abs().max()) if count else 0.0, float((g - w).abs().max()) if count else 0.0)
+    return out
 
 
 def ep_case(kind: str, layout: tuple[int, int] = (2, 1), ep: int = 2) -> dict[str, Any]:
@@ -117,6 +143,11 @@ def check_ep(results: list[dict[str, Any]], kind: str, *placements: str, rows: i
         if res["aux"] is not None:  # the load-balancing loss of the whole batch, on every rank
             assert res["aux"] < 1e-6, where
         assert max(res["steps"]) < 1e-5, where
+
+
+def test_dispatch_serves_a_rank_that_receives_nothing_or_holds_no_tokens(ranks: list[dict[str, Any]]) -> None:
+    for rank, res in enumerate(r["skewed"] for r in ranks):
+        assert res["rank0_experts"] < 1e-6 and res["empty_rank1"] < 1e-6, (rank, res)
 
 
 def test_each_rank_holds_the_parameter_bytes_the_analyzer_predicts(ranks: list[dict[str, Any]]) -> None:
