@@ -72,7 +72,7 @@ def _inputs(s: Saved) -> dict[str, torch.Tensor]:
 def _reference(s: Saved, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         out = s.hf(**x)
-    if s.case.arch in ("BertModel", "ViTModel"):
+    if s.case.arch in ("BertModel", "ViTModel", "CLIPVisionModel"):
         return {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output}
     return {"logits": out.logits}
 
@@ -140,6 +140,7 @@ MUTATIONS = [
     ("mixtral-4x2", "position.theta", 20000.0),  # 1.7e-4
     ("bert-mlm", "mlp.activation", "gelu_tanh"),  # the exact gelu approximated: 1.9e-7
     ("vit-cls", "attention.scale", "1/head_dim"),  # 2.6e-5
+    ("vit-clip", "mlp.activation", "gelu"),  # quick_gelu read as gelu
     ("bart-tied", "mlp.activation", "gelu_tanh"),  # 1.5e-7
     ("marian-unshared", "attention.scale", "1/head_dim"),  # 1.6e-5
 ]

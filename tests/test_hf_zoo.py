@@ -168,6 +168,19 @@ CASES = [
             num_labels=3,
         ),
     ),
+    Case(  # CLIP's vision tower: quick_gelu, pre_layrnorm, bias-free patch conv, post_layernorm of the class token
+        "vit-clip",
+        "CLIPVisionModel",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=24,
+            patch_size=6,
+            layer_norm_eps=1e-5,
+        ),
+    ),
     Case(
         "bart-tied",
         "BartForConditionalGeneration",

@@ -80,8 +80,9 @@ ZOO: dict[str, tuple[str, dict[str, Any], str, str]] = {
         "local attention windows",
         "global_attn_every_n_layers",
     ),
-    "CLIPTextModel": ("CLIPTextConfig", dict(_TOWER, vocab_size=96), "quick_gelu", "hidden_act"),
-    "CLIPVisionModel": ("CLIPVisionConfig", _IMAGE, "quick_gelu", "hidden_act"),
+    "CLIPTextModel": ("CLIPTextConfig", dict(_TOWER, vocab_size=96), "EOS token", "model_type"),
+    "CLIPVisionModel": ("CLIPVisionConfig", _IMAGE, "", ""),
+    "CLIPVisionModelWithProjection": ("CLIPVisionConfig", _IMAGE, "image projection", "projection_dim"),
     "SiglipVisionModel": ("SiglipVisionConfig", _IMAGE, "attention-pooling head", "vision_use_head"),
     "WhisperForConditionalGeneration": (
         "WhisperConfig",
@@ -108,7 +109,6 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], str, str]] = {
         "attention sinks are not supported",
         "model_type",
     ),
-    "CLIPTextModel": ("CLIPTextConfig", dict(_TOWER, vocab_size=96, hidden_act="gelu"), "EOS token", "model_type"),
     "SiglipVisionModel": ("SiglipVisionConfig", dict(_IMAGE, vision_use_head=False), "class token", "model_type"),
     "Llama4ForCausalLM": (
         "Llama4TextConfig",

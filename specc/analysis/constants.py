@@ -34,6 +34,7 @@ ACTIVATION = {
     "gelu": 5,  # 0.5·x·(1 + erf(x/√2)): divide, erf, add, two multiplies
     "gelu_tanh": 9,  # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): x², x³, ×c, +x, ×c, tanh, +1, ×x, ×0.5
     "silu": 4,  # x / (1 + exp(−x)): negate, exp, add, divide
+    "quick_gelu": 5,  # x / (1 + exp(−1.702·x)): scale, negate, exp, add, divide (CLIP)
     "sigmoid": 4,
     "tanh": 1,
 }
@@ -73,7 +74,7 @@ CONVENTIONS = {
         "softmax 5 + 1 for the 1/√D_H scale per score (+3 when the scores are soft-capped, +1 for an ALiBi bias; "
         "5 per query row and head for an attention sink), softcap 3 (÷c, "
         "tanh, ×c), logit scale 1, gated shared expert 4 per gate (sigmoid) + 1 per element, relu 1, gelu 5, "
-        "gelu_tanh 9, silu 4, tanh 1, GLU product 1, clamped SwiGLU 8 (GPT-OSS), residual add 1, "
+        "gelu_tanh 9, silu 4, quick_gelu 5, tanh 1, GLU product 1, clamped SwiGLU 8 (GPT-OSS), residual add 1, "
         "bias 1, position add 1 (2-D: 2), rope 3 per rotated element, embedding scale 1; MoE combine 2 per "
         "(token, expert, channel), router softmax 5 per logit; RNN cells per unit and step: GRU 23, LSTM 30, "
         "Elman 4; transcendentals count 1; lookups, dropout (inference) and top-k selection count 0"

@@ -39,6 +39,7 @@ ACTIVATIONS = {
     "relu": "relu",
     "silu": "silu",
     "swish": "silu",
+    "quick_gelu": "quick_gelu",
 }
 DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 

@@ -15,7 +15,13 @@ from ..spec.schema import BiasFlags
 from .rope import _FIELDS as ROPE_FIELDS
 
 # specc activation → the HF name every family's ACT2FN knows (import maps each back)
-ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu"}
+ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_pytorch_tanh",
+    "relu": "relu",
+    "silu": "silu",
+    "quick_gelu": "quick_gelu",
+}
 
 
 class Inexpressible(Exception):

@@ -42,8 +42,7 @@ def _nested(key: str, sub: str) -> Callable[[dict[str, Any]], bool]:
 
 _T5 = ("T5ForConditionalGeneration", "T5Model", "MT5ForConditionalGeneration", "UMT5ForConditionalGeneration")
 _CLIP_TEXT = ("CLIPTextModel", "CLIPTextModelWithProjection")
-_CLIP_VISION = ("CLIPVisionModel", "CLIPVisionModelWithProjection")
-_QUICK_GELU = (lambda d: d.get("hidden_act", "quick_gelu") == "quick_gelu", "x·σ(1.702x)")
+_CLIP_VISION = ("CLIPVisionModelWithProjection",)
 
 ROWS: tuple[Missing, ...] = (
     Missing(
@@ -74,21 +73,14 @@ ROWS: tuple[Missing, ...] = (
         ("global_attn_every_n_layers", "layer_types", "local_attention", "model_type"),
     ),
     Missing(
-        "the quick_gelu activation is not supported",
-        (*_CLIP_TEXT, *_CLIP_VISION),
-        ("hidden_act",),
-        _QUICK_GELU[0],
-        f"quick_gelu is {_QUICK_GELU[1]}, not gelu",
-    ),
-    Missing(
         "a causal text encoder pooled at the EOS token (CLIP text) is not supported",
         _CLIP_TEXT,
         ("model_type",),
     ),
     Missing(
-        "a LayerNorm before the blocks and a bias-free patch convolution (CLIP vision) are not supported",
+        "the image projection of a CLIP vision tower (visual_projection, projection_dim) is not supported",
         _CLIP_VISION,
-        ("model_type",),
+        ("projection_dim", "model_type"),
     ),
     Missing(
         "the attention-pooling head (vision_use_head) is not supported",

@@ -11,7 +11,8 @@ The operations (``op`` or ``(op, *args)``):
 - ``cat``: concatenated along the output axis, split by heads: q, k, v (or k, v) of the attention's sizes;
 - ``stack``: per-expert tensors stacked into ``[E, out, in]``;
 - ``("half", axis, i)``: half ``i`` of a fused tensor twice as long on ``axis`` (``gate_up_proj``);
-- ``squeeze``: stored with a leading unit axis; ``("rows", n)``: the first n rows are never read;
+- ``squeeze``: stored with a leading unit axis; ``unsqueeze``: stored without the leading unit axes;
+  ``("rows", n)``: the first n rows are never read;
 - ``("regroup", layout)``: fused q/k/v rows stored per head or per KV group (``hf_fused_qkv``);
 - ``swap``: stored ``[.., in, out]`` (GPT-OSS's experts); ``("every", axis, start, step, swapped)``: entries
   ``start::step`` of ``axis`` (GPT-OSS's interleaved gate / up), then the last two axes swapped when ``swapped``.
@@ -110,6 +111,9 @@ def _rule(g: LayerGraph, target: str, shape: ShapeT, alt: Alternative, fields: M
         return part(src[0], shape, full, axis, shape[axis] * i)
     if name == "squeeze":
         return squeezed(src[0], shape)
+    if name == "unsqueeze":  # stored without the leading unit axes (CLIP's class embedding [D])
+        stored = tuple(shape[next(i for i, n in enumerate(shape) if n != 1) :])
+        return Rule((src[0],), (stored,), "leading unit axes added", ("reshape", shape))
     if name == "rows":
         return rows_from(src[0], shape, args[0])
     if name == "regroup":

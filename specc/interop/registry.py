@@ -8,6 +8,7 @@ from . import (
     hf_bart,
     hf_bert,
     hf_bloom,
+    hf_clip,
     hf_cohere,
     hf_deepseek,
     hf_exaone4,
@@ -60,6 +61,7 @@ FAMILIES: tuple[Family, ...] = (
     hf_roberta.DISTILBERT_FAMILY,
     hf_opt.FAMILY,
     hf_vit.FAMILY,
+    hf_clip.VISION_FAMILY,
     hf_bart.FAMILY,
 )
 
@@ -100,6 +102,7 @@ DEFAULT_ARCHITECTURE = {
     "distilbert": "DistilBertModel",
     "opt": "OPTForCausalLM",
     "vit": "ViTForImageClassification",
+    "clip_vision_model": "CLIPVisionModel",
     "bart": "BartForConditionalGeneration",
     "marian": "MarianMTModel",
 }

@@ -48,7 +48,7 @@ from .attrs import OpAttrs, attrs_dataclass, optional
 
 Dim = int | str
 Shape = tuple[Dim, ...]
-Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "tanh"]
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "quick_gelu", "tanh"]
 Init = Literal["normal", "residual"]
 
 
@@ -300,7 +300,7 @@ class ActivationAttrs(OpAttrs):
     fn: Activation
 
 
-_op("activation", "elementwise fn: relu | gelu | gelu_tanh | silu | tanh", ActivationAttrs, _same)
+_op("activation", "elementwise fn: relu | gelu | gelu_tanh | silu | quick_gelu | tanh", ActivationAttrs, _same)
 
 
 @attrs_dataclass

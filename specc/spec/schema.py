@@ -281,6 +281,7 @@ class Image(_Strict):
     size: SInt = Field(..., ge=1, le=1 << 15)
     patch: SInt = Field(..., ge=1, le=1 << 15)
     channels: SInt = Field(3, ge=1, le=1 << 12)
+    patch_bias: SBool = Field(True, description="bias on the patch convolution (CLIP's has none)")
 
 
 class StackBlocks(_Strict):
@@ -402,10 +403,11 @@ class ViTSpec(_Transformer):
     blocks: SInt = Field(..., ge=1, le=MAX_BLOCKS)
     image: Image
     pooling: Literal["mean", "cls"] = "cls"
-    head: Literal["classifier", "pooled", "none"] = Field(
+    head: Literal["classifier", "pooled", "pooled_norm", "none"] = Field(
         "classifier",
         description="classifier: logits [B, classes]; pooled: last_hidden_state and a dense+tanh pooler_output "
-        "(HF ViTModel); none: last_hidden_state only",
+        "(HF ViTModel); pooled_norm: last_hidden_state and the pooled token through its own norm as "
+        "pooler_output (CLIP vision's post_layernorm); none: last_hidden_state only",
     )
     classes: SInt | None = Field(None, ge=1, le=MAX_VOCAB, description="classifier head: number of classes")
 

@@ -21,7 +21,7 @@ SInt = Annotated[int, Strict()]
 SBool = Annotated[bool, Strict()]
 Dtype = Literal["fp32", "fp16", "bf16"]
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "quick_gelu"]
 
 
 class _Strict(BaseModel):

@@ -28,6 +28,9 @@ def activation(b: GraphBuilder, x: str, fn: str, scope: str) -> str:
         return b.op("Gelu", [x], scope=scope, approximate="tanh")
     if fn == "silu":
         return b.op("Mul", [x, b.op("Sigmoid", [x], scope=scope)], scope=scope)
+    if fn == "quick_gelu":  # x·σ(1.702x) (CLIP)
+        k = b.op("Mul", [x, b.const(1.702, "quick_gelu")], scope=scope)
+        return b.op("Mul", [x, b.op("Sigmoid", [k], scope=scope)], scope=scope)
     if fn == "tanh":
         return b.op("Tanh", [x], scope=scope)
     raise NotImplementedError(f"activation {fn}")

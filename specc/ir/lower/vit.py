@@ -6,7 +6,7 @@ from ...spec import resolve
 from ...spec.schema import ViTSpec
 from ..graph import LayerGraph
 from .blocks import stack
-from .context import Context, embed_norm_dropout, graph_meta, head, pooler
+from .context import Context, embed_norm_dropout, graph_meta, head, norm, pooler
 
 
 def lower_vit(s: ViTSpec) -> LayerGraph:
@@ -36,7 +36,7 @@ def lower_vit(s: ViTSpec) -> LayerGraph:
         patch=im.patch,
         dim=s.d_model,
         grid=grid,
-        bias=True,
+        bias=im.patch_bias,
     )
     cls = s.pooling == "cls"
     if cls:
@@ -57,4 +57,7 @@ def lower_vit(s: ViTSpec) -> LayerGraph:
         g.set_output("logits", head(c, x, s.classes, None, name="head", category="head"))
     elif s.head == "pooled":
         g.set_output("pooler_output", pooler(c, x, s.pooling))
+    elif s.head == "pooled_norm":  # CLIP vision: the blocks' output unnormed, the pooled token normed
+        h = g.add("pool", "pool", [x], "head", mode=s.pooling)
+        g.set_output("pooler_output", norm(c, "pool_norm", h, None))
     return g

@@ -76,6 +76,7 @@ ACTIVATION_MODULES = {
     "gelu": "nn.GELU()",
     "gelu_tanh": 'nn.GELU(approximate="tanh")',
     "silu": "nn.SiLU()",
+    "quick_gelu": "QuickGELU()",
     "tanh": "nn.Tanh()",
 }
 

@@ -6,6 +6,7 @@ compile --target python`` copies the definitions a model uses into its standalon
 
 from __future__ import annotations
 
+from .activations import QuickGELU
 from .attention import (
     AlibiAttention,
     AttentionCore,
@@ -39,7 +40,7 @@ from .rope import Rotary, ScaledRotary
 from .state import KVCache, State, last_positions, reuse
 
 # Files in dependency order: model.py inlines the definitions it uses in this order (never ``extras``).
-FILES = ("state", "rope", "attention", "embed", "norms", "moe", "rnn", "generation", "model", "hf")
+FILES = ("state", "rope", "attention", "embed", "norms", "activations", "moe", "rnn", "generation", "model", "hf")
 
 __all__ = [
     "AlibiAttention",
@@ -57,6 +58,7 @@ __all__ = [
     "OffsetRMSNorm",
     "Override",
     "PatchEmbed",
+    "QuickGELU",
     "RMSNorm",
     "RNNDecoder",
     "Rotary",

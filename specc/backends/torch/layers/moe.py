@@ -6,11 +6,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .activations import quick_gelu
+
 ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
+    "quick_gelu": quick_gelu,
     "tanh": torch.tanh,
 }
 

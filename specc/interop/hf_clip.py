@@ -1,0 +1,97 @@
+"""CLIP's towers (``CLIPVisionModel``): config → vit spec; class embedding, bias-free patch conv, a LayerNorm
+before the blocks (``pre_layrnorm``), split q/k/v projections, and the class token's own norm
+(``post_layernorm``) as ``pooler_output`` → specc names.
+
+The vision tower is ``head: pooled_norm`` with ``norm.final: false`` (its ``last_hidden_state`` is the blocks'
+output, unnormed) and ``norm.embedding: true`` (``pre_layrnorm``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..ir.graph import LayerGraph
+from .family import Family
+from .hf_config import HFConfig
+from .hf_vit import _square
+from .name_table import Table
+from .name_table import plan as table_plan
+from .weight_map import Plan
+
+
+def _tower(cfg: HFConfig) -> dict[str, Any]:
+    """What both towers share: width, blocks, heads, quick_gelu MLP, pre-norm LayerNorm blocks with biases."""
+    cfg.ignore("projection_dim", "initializer_factor")  # the projection lives in CLIPModel; init only
+    return {
+        "d_model": cfg.positive_int("hidden_size"),
+        "blocks": cfg.positive_int("num_hidden_layers"),
+        "mlp": {
+            "type": "classic",
+            "hidden": cfg.positive_int("intermediate_size"),
+            "activation": cfg.activation("hidden_act", "quick_gelu"),
+        },
+        "position": "learned",
+        "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": False},
+        **cfg.training(embedding="dropout", attention="attention_dropout", residual="dropout"),
+    }
+
+
+def vision_spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
+    eps = cfg.number("layer_norm_eps", 1e-5)
+    return {
+        "kind": "vit",
+        "image": {
+            "size": _square(cfg, "image_size"),
+            "patch": _square(cfg, "patch_size"),
+            "channels": cfg.positive_int("num_channels", 3),
+            "patch_bias": False,
+        },
+        "pooling": "cls",
+        "head": "pooled_norm",
+        "attention": {"heads": cfg.positive_int("num_attention_heads"), "mask": "none"},
+        "norm": {"type": "layernorm", "placement": "pre", "eps": eps, "embedding": True, "final": False},
+        **_tower(cfg),
+    }
+
+
+def _blocks(prefix: str) -> dict[str, Any]:
+    layer = f"{prefix}encoder.layers.*."
+    attn = f"{layer}self_attn."
+    return {
+        "blocks.*.norm1.{k}": f"{layer}layer_norm1.{{k}}",
+        "blocks.*.attn.qkv.{k}": ("cat", *(f"{attn}{x}_proj.{{k}}" for x in "qkv")),
+        "blocks.*.attn.out.{k}": f"{attn}out_proj.{{k}}",
+        "blocks.*.norm2.{k}": f"{layer}layer_norm2.{{k}}",
+        "blocks.*.mlp.fc1.{k}": f"{layer}mlp.fc1.{{k}}",
+        "blocks.*.mlp.fc2.{k}": f"{layer}mlp.fc2.{{k}}",
+    }
+
+
+_V = "{p}"  # "vision_model." in transformers 4 checkpoints, absent in 5
+VISION_TABLE = Table(
+    "CLIP vision",
+    {
+        "cls_token.token": ("unsqueeze", f"{_V}embeddings.class_embedding"),
+        "patch_embed.weight": f"{_V}embeddings.patch_embedding.weight",
+        "pos.weight": f"{_V}embeddings.position_embedding.weight",
+        "embed_norm.{k}": f"{_V}pre_layrnorm.{{k}}",
+        "pool_norm.{k}": f"{_V}post_layernorm.{{k}}",
+        **_blocks(_V),
+    },
+    prefix="vision_model.",
+    ignore=(r"embeddings\.position_ids$",),
+)
+
+
+def vision_detect(names: set[str]) -> bool:
+    return any(re.fullmatch(r"(vision_model\.)?embeddings\.class_embedding", n) for n in names)
+
+
+def vision_plan(g: LayerGraph, names: set[str]) -> Plan:
+    return table_plan(VISION_TABLE, g, names)
+
+
+VISION_FAMILY = Family(
+    "CLIP vision", ("CLIPVisionModel",), ("clip_vision_model",), ("vit",), vision_spec, vision_detect, vision_plan
+)

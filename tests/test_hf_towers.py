@@ -1,0 +1,59 @@
+"""Encoder towers imported from config.json (CLIP vision): the analyzer's matmul FLOPs equal FlopCounterMode on
+the generated module, and the features that make them towers are in the graph (no final norm over the tokens, a
+bias-free patch conv, the class token's own norm). The torch / ONNX / parameter checks against HF are the zoo's
+(test_hf_equivalence.py, case vit-clip)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from test_hf_zoo import BY_ID, Case, transformers
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+import specc
+from specc.analysis import analyze
+from specc.interop import import_hf
+
+
+def _spec(case: Case, folder: Path) -> Any:
+    config_cls = getattr(transformers, getattr(transformers, case.arch).config_class.__name__)
+    config = config_cls(**case.config)
+    config.architectures = [case.arch]
+    config.save_pretrained(folder)  # config.json only: FLOPs need no weights
+    return import_hf(folder).spec
+
+
+def _flops(spec: Any, inputs: dict[str, torch.Tensor], batch: int, seq: int) -> None:
+    g, model = specc.lower(spec), specc.build_torch(spec).eval()
+    want = analyze(g, batch=batch, seq=seq, crossover=False).to_dict()["flops"]["forward"]["matmul"]
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model.run(dict(inputs))
+    assert counter.get_total_flops() == want
+
+
+def test_clip_vision_flops_equal_flop_counter(tmp_path: Path) -> None:
+    case = BY_ID["vit-clip"]
+    spec = _spec(case, tmp_path)
+    size = case.config["image_size"]
+    _flops(spec, {"pixel_values": torch.randn(2, 3, size, size)}, 2, 1)
+
+
+def test_clip_vision_graph_has_the_tower_features(tmp_path: Path) -> None:
+    g = specc.lower(_spec(BY_ID["vit-clip"], tmp_path))
+    params = g.params()
+    assert "patch_embed.bias" not in params and "norm_f.weight" not in params
+    assert {"embed_norm.weight", "pool_norm.weight", "pool_norm.bias", "cls_token.token"} <= set(params)
+    assert g.op("blocks.0.mlp.act").attrs.fn == "quick_gelu"
+    assert set(g.outputs) == {"last_hidden_state", "pooler_output"}
+
+
+def test_quick_gelu_is_transformers_quick_gelu() -> None:
+    from transformers.activations import ACT2FN
+
+    from specc.backends.torch.layers import QuickGELU
+
+    x = torch.linspace(-4, 4, 33)
+    torch.testing.assert_close(QuickGELU()(x), ACT2FN["quick_gelu"](x))
