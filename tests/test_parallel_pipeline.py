@@ -112,7 +112,7 @@ def test_pipeline_schedules_equal_the_single_process() -> None:
 
 def dp_pp_cases() -> dict[str, dict[str, Any]]:
     """dp=2 × pp=2 (4 ranks): FSDP2 shards each stage over its data-parallel pair; each rank trains on its
-    rows of the global batch, and the shards it holds equal the single process's rows of those tensors."""
+    rows of the global batch, and the whole tensors equal the single process's."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
@@ -121,8 +121,11 @@ def dp_pp_cases() -> dict[str, dict[str, Any]]:
     from specc.parallel.pipeline import build_pipeline
 
     out = {}
-    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
-    for family, blocks, schedule, virtual in (("gpt", 3, "1f1b", 1), ("llama", 4, "interleaved-1f1b", 2)):
+    meshes = {"dp": init_device_mesh("cpu", (2, 2, 1), mesh_dim_names=("pp", "dp", "tp"))}
+    cases = [("gpt", 3, "1f1b", 1, "dp"), ("llama", 4, "interleaved-1f1b", 2, "dp")]
+    for family, blocks, schedule, virtual, split in cases:
+        mesh = meshes[split]
+        dp = mesh["dp"].size()
         spec = _spec(family, blocks)
         pipe = build_pipeline(spec, specc.lower(spec), mesh, schedule=schedule, virtual=virtual, micro_batches=2)
         ref = specc.build_torch(spec)
@@ -135,7 +138,7 @@ def dp_pp_cases() -> dict[str, dict[str, Any]]:
             opt.zero_grad(set_to_none=True)
             ref_opt.zero_grad(set_to_none=True)
             mine = data.shard_rows(mesh, x, y)
-            loss, _ = pipe.train_step(*mine, -100, float(y.numel()), 2)
+            loss, _ = pipe.train_step(*mine, -100, float(y.numel()), dp)
             ref_loss = torch.nn.functional.cross_entropy(ref(x).flatten(0, 1), y.flatten())
             ref_loss.backward()
             losses.append((loss, float(ref_loss), pipe.clip_grad_norm(0.05)))
@@ -146,7 +149,7 @@ def dp_pp_cases() -> dict[str, dict[str, Any]]:
             full = {n: p.full_tensor() for n, p in pipe.root.named_parameters() if isinstance(p, DTensor)}
             sharded = len(full) == len(list(pipe.root.parameters()))
             weights = max(float((p - ref.get_parameter(n)).abs().max()) for n, p in full.items())
-        out[f"{family}/{schedule}"] = {"losses": losses, "weights": weights, "sharded": sharded}
+        out[f"{family}/{schedule}/{split}"] = {"losses": losses, "weights": weights, "sharded": sharded}
     return out
 
 

@@ -144,7 +144,7 @@ def train(
         assert layout is not None
         rows = (batch or TrainConfig.batch) // layout["dp"]
         check_pipeline(lower(load(spec, sets)), layout["pp"], opts.schedule, opts.virtual,
-                       opts.micro_batches(rows, layout["pp"]), layout["dp"])  # fmt: skip
+                       opts.micro_batches(rows, layout["pp"]), layout["dp"], layout["tp"])  # fmt: skip
     if layout is not None and layout["ep"] > 1 and spec is not None and resume is None:  # experts ep divides
         from ..ir.lower import lower
         from ..parallel.experts import check_expert_parallel
