@@ -49,20 +49,18 @@ def tensor_plan(graph: LayerGraph) -> dict[str, Rule]:
     """Op name → rule for every op with parameters or a tied weight, plus every attention op (``heads``)."""
     plan: dict[str, Rule] = {}
     g = graph.graph
-    tied_embeddings = {op.attrs["tied_to"] for op in graph.ops() if op.kind == "embedding" and op.attrs.get("tied_to")}
+    tied_embeddings = {op.tied_to for op in graph.ops() if op.kind == "embedding" and op.tied_to}
     for op in graph.ops():
         if op.kind == "attention":
-            h, k, d = op.attrs["heads"], op.attrs["kv_heads"], op.attrs["head_dim"]
+            h, k, d = op.attrs.heads, op.attrs.kv_heads, op.attrs.head_dim
             plan[op.name] = Rule("heads", (h, k), d)
-            packed = (
-                [(op.inputs[0], (h,)), (op.inputs[1], (k, k))] if op.attrs.get("cross") else [(op.inputs[0], (h, k, k))]
-            )
+            packed = [(op.inputs[0], (h,)), (op.inputs[1], (k, k))] if op.attrs.cross else [(op.inputs[0], (h, k, k))]
             for src, parts in packed:
                 src, norms = packed_source(graph, src)
                 if _is_linear(graph, src):
                     plan[src] = Rule("heads", parts, d)
                     for n in norms:  # a norm per head, or over the whole q (or k) projection
-                        plan[n] = Rule("head_norm" if graph.op(n).attrs["dim"] == d else "full_norm", parts, d)
+                        plan[n] = Rule("head_norm" if graph.op(n).attrs.dim == d else "full_norm", parts, d)
             for dst in g.successors(op.name):
                 if _is_linear(graph, dst):
                     plan[dst] = Rule("rowwise")
@@ -77,16 +75,16 @@ def tensor_plan(graph: LayerGraph) -> dict[str, Rule]:
     for op in graph.ops():
         if op.name in plan:
             continue
-        if op.kind == "embedding" and not op.attrs.get("tied_to"):
+        if op.kind == "embedding" and not op.tied_to:
             shared = f"{op.name}.weight" in tied_embeddings  # read by another embedding: kept whole
             plan[op.name] = Rule("replicate" if shared else "vocab_embed")
         elif op.kind == "linear" and op.category == "lm_head":
-            tied = op.attrs.get("tied_to")
+            tied = op.tied_to
             if tied is None:
                 plan[op.name] = Rule("vocab_head")
             else:
                 plan[op.name] = Rule("replicate" if tied in tied_embeddings else "tied_head")
-        elif op.params or op.attrs.get("tied_to"):
+        elif op.params or op.tied_to:
             plan[op.name] = Rule("replicate")
     return plan
 
@@ -115,7 +113,7 @@ def _colwise_feeders(graph: LayerGraph, op: Op) -> list[str]:
         src = graph.op(name)
         if len(list(graph.graph.successors(name))) != 1:
             return []  # also read elsewhere (a residual): its units are not private to this pair
-        if src.kind == "linear" and not src.attrs.get("tied_to"):
+        if src.kind == "linear" and not src.tied_to:
             found.append(name)
         elif src.kind in PER_UNIT:
             stack.extend(src.inputs)
@@ -139,7 +137,7 @@ def check_tensor_parallel(graph: LayerGraph, tp: int) -> None:
     for op_name, rule in plan.items():
         op = graph.op(op_name)
         if op.kind == "attention":
-            packed = [packed_source(graph, src)[0] for src in op.inputs[: 2 if op.attrs.get("cross") else 1]]
+            packed = [packed_source(graph, src)[0] for src in op.inputs[: 2 if op.attrs.cross else 1]]
             if any(plan.get(src, Rule("")).style != "heads" for src in packed):
                 raise SpecError(
                     f"{name}: {op_name} reads heads that no linear projection packs: no tensor-parallel plan"
@@ -148,10 +146,10 @@ def check_tensor_parallel(graph: LayerGraph, tp: int) -> None:
             if h % tp or k % tp:
                 what = f"heads {h}" if h % tp else f"kv_heads {k}"
                 problems.append(f"{op_name}: {what} is not divisible by tp={tp}")
-        elif rule.style == "colwise" and op.attrs["out_features"] % tp:
-            problems.append(f"{op_name}: {op.attrs['out_features']} hidden units are not divisible by tp={tp}")
-        elif rule.style == "experts" and op.attrs["hidden"] % tp:
-            problems.append(f"{op_name}: expert hidden {op.attrs['hidden']} is not divisible by tp={tp}")
+        elif rule.style == "colwise" and op.attrs.out_features % tp:
+            problems.append(f"{op_name}: {op.attrs.out_features} hidden units are not divisible by tp={tp}")
+        elif rule.style == "experts" and op.attrs.hidden % tp:
+            problems.append(f"{op_name}: expert hidden {op.attrs.hidden} is not divisible by tp={tp}")
     if problems:
         raise SpecError(
             f"{name} cannot be split over tp={tp}: {problems[0]}"

@@ -83,7 +83,7 @@ def apply_tensor_parallel(
     plan: dict[str, ParallelStyle] = {}
     for name, rule in tensor_plan(graph).items():
         op = graph.op(name)
-        if op.kind == "embedding" and op.attrs.get("tied_to"):
+        if op.kind == "embedding" and op.tied_to:
             raise SpecError(
                 f"{name}: an embedding shared between stacks is not supported with tensor parallelism",
                 hint="--set shared_embeddings=false, or tp=1",
@@ -99,16 +99,16 @@ def apply_tensor_parallel(
                 plan[name] = LocalParams({local: Shard(0) for local in op.params})
             continue
         if rule.style in ("head_norm", "full_norm"):  # its q (or k) heads, in the rank-major [q_r | k_r | v_r]
-            module.start, module.width = op.attrs["start"] // tp, op.attrs["width"] // tp
+            module.start, module.width = op.attrs.start // tp, op.attrs.width // tp
         if rule.style == "full_norm":
             qknorm.split(module, mesh)
-        style = _style(rule, bool(op.attrs.get("tied_to")))
+        style = _style(rule, op.tied_to is not None)
         if style is None:
             placements = {}
             for local in op.params:
                 axis = split_axis(rule, local)
                 placements[local] = Replicate() if axis is None else Shard(axis)
-            if rule.style == "experts" and op.attrs.get("bias"):
+            if rule.style == "experts" and op.attrs.bias:
                 raise SpecError(f"{name}: tensor parallelism of experts with biases is not supported", hint="tp=1")
             style = LocalParams(placements, partial=rule.style == "experts", own=rule.style == "head_norm")
         plan[name] = style

@@ -31,8 +31,7 @@ def cross_attention_ops(graph: LayerGraph) -> list[Op]:
     ops = [
         op
         for op in graph.ops()
-        if (op.kind == "attention" and op.attrs.get("cross"))
-        or (op.kind == "rnn_decoder" and op.attrs["attention"] != "none")
+        if (op.kind == "attention" and op.attrs.cross) or (op.kind == "rnn_decoder" and op.attrs.attention != "none")
     ]
     if not ops:
         fixed = any(op.kind == "rnn_decoder" for op in graph.ops())

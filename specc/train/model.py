@@ -43,7 +43,7 @@ def check_task(graph: LayerGraph, task: str) -> None:
 
 def position_limits(graph: LayerGraph) -> dict[str | None, int]:
     """Longest sequence each stack can read: the size of its learned position table, if it has one."""
-    return {op.stack: op.attrs["positions"] for op in graph.ops() if op.kind == "learned_pos"}
+    return {op.stack: op.attrs.positions for op in graph.ops() if op.kind == "learned_pos"}
 
 
 def check_lengths(graph: LayerGraph, longest: dict[str | None, int]) -> None:
