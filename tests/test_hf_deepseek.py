@@ -149,3 +149,15 @@ def test_the_example_spec_runs_alike_in_torch_and_the_absorbed_onnx_graph(tmp_pa
             feeds[i.name] = np.zeros((1, 1, 0, i.shape[3]), np.float32)
     got = sess.run(["logits"], {k: v for k, v in feeds.items() if k in {i.name for i in sess.get_inputs()}})[0]
     np.testing.assert_allclose(got, want, atol=1e-4 * max(1.0, float(np.abs(want).max())), rtol=0)
+
+
+def test_left_padded_batch_generation_matches_hf(twin) -> None:
+    """A left-padded batch decodes (weight-absorbed steps under the padding mask) as HF's generate does."""
+    s = twin("deepseekv3-qlora")
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [0, 0, 0, 11, 12, 13]])
+    mask = torch.tensor([[1] * 6, [0, 0, 0, 1, 1, 1]])
+    s.hf.generation_config.update(eos_token_id=None, pad_token_id=0, do_sample=False)
+    with torch.no_grad():
+        want = s.hf.generate(ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6)[:, -6:]
+    got = specc.build_torch(s.spec, weights=s.weights).generate(ids, 6, attention_mask=mask)[:, -6:]
+    assert got.tolist() == want.tolist() and want[0].tolist() != want[1].tolist()
