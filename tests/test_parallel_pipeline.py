@@ -205,3 +205,10 @@ def test_chunks_follow_the_analyzers_stage_split() -> None:
     assert "embed" in plan[0].outer and "pos" in plan[0].outer
     assert "norm_f" in plan[-1].outer and "lm_head" in plan[-1].outer
     assert not plan[1].outer
+    # virtual stages: each rank still holds its stage's blocks (what the analyzer prices), in V chunks
+    from specc.parallel.pipeline import chunk_sizes
+
+    for blocks, pp, v in ((5, 2, 2), (7, 3, 2), (9, 2, 3), (4, 2, 2)):
+        sizes = chunk_sizes(blocks, pp, v)
+        assert sum(sizes) == blocks and min(sizes) >= 1
+        assert [sum(sizes[r::pp]) for r in range(pp)] == split(blocks, pp)

@@ -1,9 +1,11 @@
 """Pipeline parallelism from the layer graph, on ``torch.distributed.pipelining``.
 
 The model is cut into ``pp × V`` chunks of consecutive blocks by the analyzer's own rule
-(``specc.analysis.parallel.stages``: ``split`` for the blocks per chunk, ``anchors`` for the ops outside the
-blocks, so the embedding goes with the first block and the final norm and head with the last); chunk ``c`` runs
-on pipeline rank ``c % pp`` (torch's loop placement: V chunks per rank for ``interleaved-1f1b``). Each rank
+(``specc.analysis.parallel.stages``): each pipeline rank gets as many blocks as ``split(blocks, pp)`` gives its
+stage, spread over its V chunks by the same ``split``, and ``anchors`` places the ops outside the blocks (the
+embedding with the first block, the final norm and head with the last); chunk ``c`` runs on pipeline rank
+``c % pp`` (torch's loop placement: V chunks per rank for ``interleaved-1f1b``), so every rank holds what the
+analyzer prices for its stage, virtual stages or not. Each rank
 builds the model on the meta device, drops what its chunks do not hold and allocates the rest alone, filled with
 the values ``build_torch(spec)`` gives (the seeded draw replayed in the whole model's parameter order).
 
@@ -34,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..analysis.parallel.layout import SCHEDULES
-from ..analysis.parallel.stages import anchors, block_ids, split, stage_of
+from ..analysis.parallel.stages import anchors, block_ids, split
 from ..errors import SpecError
 from ..ir.graph import LayerGraph
 
@@ -72,22 +74,38 @@ class Chunk:
     last: bool
 
 
+def chunk_sizes(blocks: int, pp: int, virtual: int = 1) -> list[int]:
+    """Blocks per chunk: each pipeline rank gets the blocks the analyzer gives its stage (``split(blocks,
+    pp)``), spread over its ``virtual`` chunks by the same rule; chunk c is chunk c // pp of rank c % pp."""
+    per_rank = [split(n, virtual) for n in split(blocks, pp)]
+    return [per_rank[c % pp][c // pp] for c in range(pp * virtual)]
+
+
 def chunk_plan(graph: LayerGraph, pp: int, virtual: int = 1) -> list[Chunk]:
-    """The ``pp × virtual`` chunks of ``graph``, split as the analyzer splits stages."""
-    ids = block_ids(graph)
+    """The ``pp × virtual`` chunks of ``graph``, in model order; the ops outside the blocks go with the chunk
+    of the block the analyzer places them with (``anchors``)."""
+    blocks = len(block_ids(graph))
     n = pp * virtual
-    blocks = len(ids)
-    sizes = split(blocks, n)
+    sizes = chunk_sizes(blocks, pp, virtual)
+    owner, start = [], 0
+    for c, size in enumerate(sizes):
+        owner += [c] * size
+        start += size
     where = anchors(graph)
     outer: list[list[str]] = [[] for _ in range(n)]
     for op in graph.ops():
         if op.layer is None:
-            outer[stage_of(where[op.name], blocks, n)].append(op.name)
+            outer[owner[where[op.name]] if owner else 0].append(op.name)
     out, start = [], 0
     for c, size in enumerate(sizes):
         out.append(Chunk(c, tuple(range(start, start + size)), tuple(outer[c]), c == 0, c == n - 1))
         start += size
     return out
+
+
+def chunk_of(plan: list[Chunk], op: str) -> int:
+    """The chunk that holds outer op ``op``."""
+    return next(c.index for c in plan if op in c.outer)
 
 
 def check_pipeline(
@@ -507,20 +525,15 @@ def build_pipeline(
     held_blocks = {b for c in mine for b in c.blocks}
     held_outer = {name for c in mine for name in c.outer}
     width = _module_width(graph)
-    ids = block_ids(graph)
-    n_blocks = len(ids)
     outer_ops = [op for op in graph.ops() if op.layer is None]
     first_block_op = next(i for i, op in enumerate(graph.ops()) if op.layer is not None)
     pre = [op.name for i, op in enumerate(graph.ops()) if op.layer is None and i < first_block_op]
     # the block list keeps this rank's blocks under their own numbers (iteration runs them in order)
     root.blocks._modules = {str(b): root.blocks._modules[str(b)] for b in sorted(held_blocks)}
     tied: list[tuple[str, int, int]] = []  # (owner parameter, owner chunk, user chunk)
-    where = anchors(graph)
     for op in outer_ops:
         if op.tied_to:
-            owner_op = op.tied_to.rsplit(".", 1)[0]
-            oc = stage_of(where[owner_op], n_blocks, pp * virtual)
-            uc = stage_of(where[op.name], n_blocks, pp * virtual)
+            oc, uc = chunk_of(plan, op.tied_to.rsplit(".", 1)[0]), chunk_of(plan, op.name)
             if oc % pp != uc % pp:
                 tied.append((op.tied_to, oc, uc))
     copies: dict[str, str] = {}  # module path → tied parameter this rank holds a copy of
