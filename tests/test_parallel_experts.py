@@ -210,23 +210,32 @@ def test_torchrun_dp2_ep2_checkpoint_resumes_in_one_process_as_one_straight_run(
     (experts sharded by rows, Adam moments too), resumed to step 4 in one process: it ends where 4 straight
     single-process steps end, weights and moments."""
     from safetensors.torch import load_file
+    from test_parallel_pipeline_cli import _report
     from test_parallel_torch_cli import _weights_diff, torchrun
 
     from specc.parallel import checkpoint as distributed
     from specc.train import checkpoint as C
 
     text = tmp_path / "text.txt"
-    text.write_text(" ".join(["pack my box with five dozen liquor jugs"] * 10), encoding="utf-8")
+    # 28 symbols: the embedding and head rows halve over dp, so FSDP2's row split is the analyzer's even one
+    text.write_text(" ".join(["pack my box with five dozen liquor jugs."] * 10), encoding="utf-8")
     common = ["--task", "lm", "--text", text, "--batch", "4", "--max-len", "12", "--eval-size", "4"]
     common += ["--schedule", "constant", "--warmup", "0"]
     straight = tmp_path / "one.safetensors"
     code, _, err = cli("train", "mixtral-8x7b", *MOE_SETS, *common, "--steps", "4", "--device", "cpu", "-o", straight)
     assert code == 0, err
     first = torchrun(
-        2, "train", "mixtral-8x7b", *MOE_SETS, *common, "--steps", "2", "--parallel", "dp=2,ep=2", "-o", tmp_path / "k"
-    )
+        2, "train", "mixtral-8x7b", *MOE_SETS, *common, "--steps", "2", "--parallel", "dp=2,ep=2", "--report",
+        "-o", tmp_path / "k",
+    )  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
     assert "dp=2, tp=1, ep=2: the experts split over the dp ranks" in first.stdout
+    report = _report(first.stdout)  # the analyzer's per-rank model states for dp=2, ep=2 (ZeRO-3) to the byte
+    assert sorted(report) == [0, 1], first.stdout[-3000:]
+    for rank, items in report.items():
+        for item in ("weights", "gradients", "optimizer_states"):
+            predicted, measured = items[item]
+            assert predicted == measured > 0, (rank, item, predicted, measured)
     assert distributed.has_optimizer(tmp_path / "k")
     code, out, err = cli(
         "train", "--resume", tmp_path / "k", "--steps", "4", "--device", "cpu", "-o", tmp_path / "1.safetensors"

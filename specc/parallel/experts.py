@@ -25,11 +25,11 @@ split sizes).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed._functional_collectives as funcol
 import torch.distributed.nn.functional as dist_fn
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -159,14 +159,23 @@ def dispatch_combine(tokens: Tensor, chosen: Tensor, weights: Tensor, experts: i
     dist.all_to_all_single(received_counts, counts, group=group)  # [source rank, local expert]
     send = counts.view(n, per).sum(1).tolist()
     recv = received_counts.view(n, per).sum(1).tolist()
-    arrived = funcol.all_to_all_single_autograd(rows, recv, send, group)
+    arrived = _all_to_all(rows, recv, send, group)
     local_of = torch.arange(per, device=counts.device).repeat(n).repeat_interleave(received_counts)
     regroup = local_of.argsort(stable=True)  # rows by local expert, whichever rank sent them
     done = run(arrived[regroup], received_counts.view(n, per).sum(0).tolist())
     done = done[torch.argsort(regroup)]  # back in arrival order
-    returned = funcol.all_to_all_single_autograd(done, send, recv, group)
+    returned = _all_to_all(done, send, recv, group)
     out = returned * weights.reshape(-1)[order, None]
     return torch.zeros_like(tokens).index_add_(0, token_of, out)
+
+
+def _all_to_all(rows: Tensor, recv: list[int], send: list[int], group: Any) -> Tensor:
+    """``all_to_all_single`` with split sizes and a backward (the reverse exchange). The autograd one of
+    ``torch.distributed.nn`` returns a plain tensor, which saved-tensor hooks (activation checkpointing,
+    ``--report``'s memory count) can pack; the functional-collectives one returns a wrapper they cannot."""
+    with warnings.catch_warnings():  # deprecated in favour of the functional one, for the reason above
+        warnings.simplefilter("ignore", FutureWarning)
+        return dist_fn.all_to_all_single(rows.new_empty(sum(recv), rows.shape[1]), rows, recv, send, group=group)
 
 
 class ExpertParallelMoE(MoE):
