@@ -171,8 +171,8 @@ def dispatch_combine(tokens: Tensor, chosen: Tensor, weights: Tensor, experts: i
 
 def _all_to_all(rows: Tensor, recv: list[int], send: list[int], group: Any) -> Tensor:
     """``all_to_all_single`` with split sizes and a backward (the reverse exchange). The autograd one of
-    ``torch.distributed.nn`` returns a plain tensor, which saved-tensor hooks (activation checkpointing,
-    ``--report``'s memory count) can pack; the functional-collectives one returns a wrapper they cannot."""
+    ``torch.distributed.nn`` returns a plain tensor; the functional-collectives one returns a wrapper without
+    storage, which saved-tensor hooks that read storages (``--report``'s memory count) cannot pack."""
     with warnings.catch_warnings():  # deprecated in favour of the functional one, for the reason above
         warnings.simplefilter("ignore", FutureWarning)
         return dist_fn.all_to_all_single(rows.new_empty(sum(recv), rows.shape[1]), rows, recv, send, group=group)
