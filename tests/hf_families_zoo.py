@@ -261,11 +261,20 @@ FAMILY_CASES = [
             eos_token_id=2,
         ),
     ),
-    # ALiBi: Falcon-RW (scaled with the scores), BLOOM (6 heads: not a power of 2), MPT
+    # ALiBi: Falcon-RW (scaled with the scores, slopes and slope · position rounded to bf16: 32 heads make the
+    # slopes 2^(-h/4), which bf16 rounds), BLOOM (6 heads: not a power of 2), MPT
     Case(
         "falcon-rw-alibi",
         "FalconForCausalLM",
-        dict(_FALCON, alibi=True, multi_query=False, parallel_attn=False, bias=True),
+        dict(
+            _FALCON,
+            num_attention_heads=32,
+            alibi=True,
+            multi_query=False,
+            parallel_attn=False,
+            bias=True,
+            tie_word_embeddings=False,
+        ),
     ),
     Case(
         "bloom-alibi",

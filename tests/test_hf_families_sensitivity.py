@@ -77,3 +77,17 @@ def test_the_sinks_are_felt(family) -> None:  # noqa: F811
             if name.endswith(".core.sinks"):
                 p.fill_(float("-inf"))
     assert worst() > 10 * RTOL_OF_SCALE
+
+
+def test_falcon_rw_rounds_its_alibi_bias_to_bf16(family) -> None:  # noqa: F811
+    """transformers' Falcon (as Falcon-RW's own code) rounds slope · position to bfloat16: over 48 tokens the
+    imported spec (bias_dtype bf16) is within tolerance of HF and the exact bias (fp32) is not."""
+    s = family("falcon-rw-alibi")
+    ids = torch.randint(3, s.hf.config.vocab_size - 1, (1, 48), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ref = s.hf(ids).logits
+        tol = RTOL_OF_SCALE * max(1.0, float(ref.abs().max()))
+        exact = specc.load_spec(import_hf(s.folder).document, overrides={"position.bias_dtype": "fp32"})
+        got, wrong = (specc.build_torch(spec, weights=s.weights)(ids) for spec in (s.spec, exact))
+    assert float((got - ref).abs().max()) <= tol
+    assert float((wrong - ref).abs().max()) > 10 * tol

@@ -351,7 +351,8 @@ def falcon(s: Any) -> dict[str, Any]:
     }
     if s.position.type == "alibi":
         p = s.position
-        need(p.scaled and p.max_bias == 8.0, ("position",), "ALiBi other than Falcon-RW's (max_bias 8, scaled)")
+        need(p.scaled and p.max_bias == 8.0 and p.bias_dtype == "bf16", ("position",), "ALiBi other than "
+             "Falcon-RW's (max_bias 8, scaled, bf16)")  # fmt: skip
     else:
         cfg["rope_parameters"] = rope_parameters(s.position)
     if s.parallel == "separate_norms":
@@ -365,7 +366,11 @@ def falcon(s: Any) -> dict[str, Any]:
 def _alibi(s: Any, scaled: bool = False) -> None:
     p = s.position
     need(p.type == "alibi", ("position", "type"), f"{p.type} positions (the class uses ALiBi)")
-    need(p.max_bias == 8.0 and p.scaled == scaled, ("position",), "ALiBi slopes or scaling other than the class's")
+    need(
+        p.max_bias == 8.0 and p.scaled == scaled and p.bias_dtype == "fp32",
+        ("position",),
+        "ALiBi slopes, scaling or rounding other than the class's",
+    )
 
 
 def bloom(s: Any) -> dict[str, Any]:

@@ -45,11 +45,7 @@ def _position(cfg: HFConfig) -> dict[str, Any]:
     if not cfg.flag("alibi", False):
         return position(cfg)
     cfg.ignore("rope_theta", "rope_scaling", "rope_parameters")  # no RoPE in an ALiBi model
-    cfg.notes.append(
-        "transformers' Falcon rounds ALiBi's slope × position to bfloat16; specc computes it in float32 (equal "
-        "while the slopes are powers of 2 and positions below 256)"
-    )
-    return {"type": "alibi", "scaled": True}
+    return {"type": "alibi", "scaled": True, "bias_dtype": "bf16"}  # its code rounds slope · position to bf16
 
 
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:

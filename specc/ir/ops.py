@@ -22,7 +22,9 @@ Conventions every backend follows:
   resolved) scales the frequencies and cos/sin as ``specc.backends.torch.layers.rope`` computes them.
   ``alibi_max_bias`` (when set) adds slope_h · (k - q) to head h's scores, slopes as
   ``specc.backends.torch.layers.attention.alibi_slopes`` computes them (Press 2022, MPT's rule), times ``scale``
-  when ``alibi_scaled``; causality and windows still come from ``mask``.
+  when ``alibi_scaled``; causality and windows still come from ``mask``. ``alibi_bf16``: the bias is
+  bf16(bf16(slope_h) · k) at each key's position k (counted over the padding mask), a constant per query row
+  away from slope_h · (k - q) but for the rounding, which it reproduces.
 - ``moe`` expert weights are ``[E, out, in]``; gates are softmax over router logits, top-``active``,
   renormalised when ``normalize``. Two attributes act in training only (Switch Transformer, Fedus 2021):
   ``jitter`` multiplies the router input by noise drawn from U(1 - jitter, 1 + jitter) (0: off), and
@@ -389,6 +391,7 @@ class AttentionAttrs(OpAttrs):
     padding: bool = False  # the last input is the key padding mask
     alibi_max_bias: float | None = None  # ALiBi: slope_h · (k - q) added to head h's scores (None: no ALiBi)
     alibi_scaled: bool = False  # the ALiBi bias is multiplied by `scale` too (Falcon-RW)
+    alibi_bf16: bool = False  # slopes and slope · key position rounded to bfloat16 (Falcon-RW's code)
     sinks: bool = False  # parameter `sinks` [heads]: a logit per head in the softmax denominator (GPT-OSS)
 
 

@@ -216,7 +216,11 @@ def numbering_rules(spec: _Transformer) -> Any:
 def alibi_rules(spec: _Transformer) -> Any:
     p = spec.position
     if p.type != "alibi":
-        for key, value, default in (("max_bias", p.max_bias, 8.0), ("scaled", p.scaled, False)):
+        for key, value, default in (
+            ("max_bias", p.max_bias, 8.0),
+            ("scaled", p.scaled, False),
+            ("bias_dtype", p.bias_dtype, "fp32"),
+        ):
             if value != default:
                 yield Violation(
                     ("position", key),

@@ -66,6 +66,11 @@ class Position(_Strict):
     scaled: SBool = Field(
         False, description="alibi: the bias is multiplied by the score scale too, (q·k + bias)·scale (Falcon-RW)"
     )
+    bias_dtype: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="alibi: bf16 rounds the slopes and slope · position (each key's own position) to bfloat16 "
+        "before the scores add them, as Falcon-RW's code does; fp32: exact",
+    )
     offset: SInt = Field(
         0,
         ge=0,

@@ -102,23 +102,43 @@ def alibi_bias(b: GraphBuilder, op: Op, q: str, pad: str) -> str:
     dtype's lowest value elsewhere. Causality is in the bias, so the attention node runs with is_causal 0."""
     a = op.attrs
     scaled = a.scale if a.alibi_scaled else None
-    key = ("alibi", a.heads, a.alibi_max_bias, scaled, a.mask, a.window, a.prefix, a.chunk, op.stack, pad)
+    key = ("alibi", a.heads, a.alibi_max_bias, scaled, a.alibi_bf16, a.mask, a.window, a.prefix, a.chunk, op.stack, pad)
     if key in b.memo:
         return b.memo[key]
     start, end = span(b, q, op.stack)
     one, zero = b.scalar_i64(1), b.scalar_i64(0)
     qpos = b.op("Unsqueeze", [b.op("Range", [start, end, one], scope="alibi"), b.i64(1)], scope="alibi")  # [Nq, 1]
     kpos = b.op("Unsqueeze", [b.op("Range", [zero, end, one], scope="alibi"), b.i64(0)], scope="alibi")  # [1, Nk]
-    dist = b.op("Cast", [b.op("Sub", [kpos, qpos], scope="alibi")], scope="alibi", to=1)  # float [Nq, Nk]
-    slopes = np.array(alibi_slopes(a.heads, a.alibi_max_bias), np.float32) * np.float32(scaled or 1.0)
-    slopes_c = b.const(slopes.reshape(1, a.heads, 1, 1), "alibi_slopes", np.float32)
-    bias = to_model_dtype(b, b.op("Mul", [slopes_c, dist], scope="alibi"), "alibi")  # [1, H, Nq, Nk]
+    slopes = np.array(alibi_slopes(a.heads, a.alibi_max_bias), np.float32)
+    if a.alibi_bf16:  # Falcon-RW: bf16(bf16(slope) · k) at each key's own position (over the padding mask)
+        at = kpos if not pad else b.op("Unsqueeze", [_real_positions(b, pad), b.i64(1, 2)], scope="alibi")
+        slopes_c = b.const(slopes.astype(ml_dtypes.bfloat16).astype(np.float32).reshape(1, a.heads, 1, 1),
+                           "alibi_slopes", np.float32)  # fmt: skip
+        product = b.op("Mul", [slopes_c, b.op("Cast", [at], scope="alibi", to=1)], scope="alibi")
+        rounded = b.op("Cast", [b.op("Cast", [product], scope="alibi", to=16)], scope="alibi", to=1)  # 16: BFLOAT16
+        bias = b.op("Mul", [rounded, b.const(np.float32(scaled or 1.0), "alibi_scale", np.float32)], scope="alibi")
+    else:
+        dist = b.op("Cast", [b.op("Sub", [kpos, qpos], scope="alibi")], scope="alibi", to=1)  # float [Nq, Nk]
+        slopes_c = b.const((slopes * np.float32(scaled or 1.0)).reshape(1, a.heads, 1, 1), "alibi_slopes", np.float32)
+        bias = b.op("Mul", [slopes_c, dist], scope="alibi")  # [1, H, Nq, Nk]
+    bias = to_model_dtype(b, bias, "alibi")
     keep = full_keep(b, op, q, pad)
     if keep is not None:
         low = b.const(np.array(ml_dtypes.finfo(b.np_ftype).min, dtype=b.np_ftype), "mask_min")
         bias = b.op("Where", [keep, bias, low], scope="alibi")
     b.memo[key] = bias
     return bias
+
+
+def _real_positions(b: GraphBuilder, pad: str) -> str:
+    """int64 [B, N_k]: (cumsum(attention_mask) - 1) · attention_mask, each key's position among its row's real
+    tokens (transformers' Falcon and BLOOM count ALiBi positions so)."""
+    key = ("alibi_positions", pad)
+    if key not in b.memo:
+        mask = b.op("Cast", [pad], scope="alibi", to=7)  # 7: INT64
+        count = b.op("CumSum", [mask, b.scalar_i64(1)], scope="alibi")
+        b.memo[key] = b.op("Mul", [b.op("Sub", [count, b.scalar_i64(1)], scope="alibi"), mask], scope="alibi")
+    return b.memo[key]
 
 
 def full_keep(b: GraphBuilder, op: Op, q: str, pad: str) -> str | None:

@@ -118,7 +118,11 @@ def _alibi(s: Any, self_attention: bool) -> dict[str, Any]:
     """The ALiBi attributes of a self-attention core (a rule keeps ALiBi to decoders)."""
     if s.position.type != "alibi" or not self_attention:
         return {}
-    return {"alibi_max_bias": float(s.position.max_bias), "alibi_scaled": bool(s.position.scaled)}
+    return {
+        "alibi_max_bias": float(s.position.max_bias),
+        "alibi_scaled": bool(s.position.scaled),
+        "alibi_bf16": s.position.bias_dtype == "bf16",
+    }
 
 
 def _qk_norm(c: Context, name: str, x: str, start: int, width: int, layer: int) -> str:

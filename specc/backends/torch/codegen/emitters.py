@@ -221,6 +221,7 @@ def _attention_ctor(op: Op, a: Attr) -> str:
         return f"SoftcapAttention({head}{kwargs}{rope}, softcap={a('softcap')})"
     if op.attrs.alibi_max_bias is not None:  # the scores' additive bias is the mask: its own layer
         scaled = f", scaled={a('alibi_scaled')}" if op.attrs.alibi_scaled else ""
+        scaled += f", bf16={a('alibi_bf16')}" if op.attrs.alibi_bf16 else ""
         return f"AlibiAttention({head}{kwargs}{rope}, max_bias={a('alibi_max_bias')}{scaled})"
     windowed = op.attrs.mask in ("sliding_window", "chunked")  # decoding reads the window only
     return f"{'Windowed' if windowed else 'Self'}Attention({head}{kwargs}{rope})"

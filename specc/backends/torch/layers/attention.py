@@ -186,9 +186,9 @@ class AlibiAttention(WindowedAttention):
     """SelfAttention whose head h adds slope_h · (k - q) to its scores (ALiBi: BLOOM, MPT, Falcon-RW), times the
     score scale too when ``scaled`` (Falcon-RW); the mask is that additive bias, -inf where a key is hidden."""
 
-    def __init__(self, *args: Any, max_bias: float = 8.0, scaled: bool = False, **kwargs: Any):
+    def __init__(self, *args: Any, max_bias: float = 8.0, scaled: bool = False, bf16: bool = False, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.max_bias, self.scaled = max_bias, scaled
+        self.max_bias, self.scaled, self.bf16 = max_bias, scaled, bf16
         self.slopes = alibi_slopes(self.heads, max_bias)  # of every head: tensor parallelism keeps a slice
         self.head_start = 0  # the first of this module's heads (tensor parallelism: its rank's)
 
@@ -202,6 +202,7 @@ class AlibiAttention(WindowedAttention):
             self.heads,
             self.max_bias,
             self.scaled and self.scale,
+            self.bf16,
             self.mask,
             self.window,
             self.chunk,
@@ -217,9 +218,15 @@ class AlibiAttention(WindowedAttention):
         if causal:
             allowed = k <= q
         slopes = torch.tensor(self.slopes[self.head_start : self.head_start + self.heads], device=device)
+        if self.bf16:  # Falcon-RW: bf16(bf16(slope) · position) at each key's own position, the same for every query
+            at = (
+                k if pad is None else ((pad.long().cumsum(-1) - 1) * pad.long())[:, None, None, :]
+            )  # [B | 1, 1, 1, N_k]
+            bias = (slopes.bfloat16()[:, None, None] * at).float()  # bf16 · int64 stays bf16, as in Falcon's code
+        else:
+            bias = slopes[:, None, None] * (k - q)  # [H, N_q, N_k]
         if self.scaled:
-            slopes = slopes * self.scale
-        bias = slopes[:, None, None] * (k - q)  # [H, N_q, N_k]
+            bias = bias * self.scale
         if allowed is not None:
             bias = bias.masked_fill(~allowed, float("-inf"))  # [B | 1, H, N_q, N_k]
         out: tuple[Tensor | None, bool] = (bias if bias.dim() == 4 else bias[None], False)
