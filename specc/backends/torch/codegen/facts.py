@@ -44,8 +44,11 @@ def model_facts(graph: LayerGraph) -> Facts:
     own = [a for a in attention if not a.cross]
     rotary = [a for a in own if a.rope_dims]
     masks = {a.mask for a in own} | ({"none"} if len(own) < len(attention) else set())  # cross: the core's "none"
+    alibi = [a for a in own if a.alibi_max_bias is not None]
     meta = runtime_meta(graph)
     facts: Facts = {
+        "self.bf16": sorted({a.alibi_bf16 for a in alibi}),  # AlibiAttention's rounding and scaling
+        "self.scaled": sorted({a.alibi_scaled for a in alibi}),
         "self.mask": sorted(masks),
         "self.rope": [*([None] if len(rotary) < len(own) else []), *([SOMETHING] if rotary else [])],
         **{f"self.{k}": _values([getattr(a, k) for a in own] + [None] * (len(own) < len(attention))) for k in SPANS},
