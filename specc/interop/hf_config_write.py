@@ -716,6 +716,7 @@ def deepseek(s: Any, arch: str) -> dict[str, Any]:
     m = layers[moe[0]].mlp
     dense = [layer.mlp for layer in layers if layer.mlp.type != "moe"]
     r = m.router
+    need(r.aux_loss_coef == 0 and r.jitter == 0, ("mlp", "router"), "a load-balancing loss or router jitter")
     if v3:
         need(r.score == "sigmoid" and r.score_bias, ("mlp", "router"), "V3's router (sigmoid scores, a score bias)")
         need(r.group_score == "top2_sum", ("mlp", "router", "group_score"), "group scores other than the top-2 sum")
