@@ -1,7 +1,7 @@
-"""Encoder towers imported from config.json (CLIP vision): the analyzer's matmul FLOPs equal FlopCounterMode on
+"""Encoder towers imported from config.json (CLIP vision and text): the analyzer's matmul FLOPs equal FlopCounterMode on
 the generated module, and the features that make them towers are in the graph (no final norm over the tokens, a
 bias-free patch conv, the class token's own norm). The torch / ONNX / parameter checks against HF are the zoo's
-(test_hf_equivalence.py, case vit-clip)."""
+(test_hf_equivalence.py, cases vit-clip, cliptext-*)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,20 @@ def test_clip_vision_flops_equal_flop_counter(tmp_path: Path) -> None:
     spec = _spec(case, tmp_path)
     size = case.config["image_size"]
     _flops(spec, {"pixel_values": torch.randn(2, 3, size, size)}, 2, 1)
+
+
+def test_clip_text_flops_equal_flop_counter(tmp_path: Path) -> None:
+    spec = _spec(BY_ID["cliptext-eos"], tmp_path)
+    ids = torch.randint(3, 90, (2, 11), generator=torch.Generator().manual_seed(0))
+    _flops(spec, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, 2, 11)
+
+
+def test_clip_text_is_a_causal_encoder_pooled_at_the_eos_id(tmp_path: Path) -> None:
+    spec = _spec(BY_ID["cliptext-eos"], tmp_path)
+    assert (spec.kind, spec.head, spec.eos_token, spec.attention.mask) == ("encoder", "eos", 94, "causal")
+    pool = specc.lower(spec).op("pool")
+    assert (pool.attrs.mode, pool.attrs.eos_token_id) == ("eos", 94)
+    assert _spec(BY_ID["cliptext-legacy"], tmp_path / "legacy").eos_token is None  # eos id 2: the largest id
 
 
 def test_clip_vision_graph_has_the_tower_features(tmp_path: Path) -> None:

@@ -182,6 +182,36 @@ CASES = [
         ),
     ),
     Case(
+        "cliptext-eos",
+        "CLIPTextModel",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            vocab_size=96,
+            max_position_embeddings=16,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=94,
+        ),
+    ),  # pooled at the first id 94
+    Case(
+        "cliptext-legacy",
+        "CLIPTextModel",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            vocab_size=96,
+            max_position_embeddings=16,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+        ),
+    ),  # eos id 2: pooled at the largest id
+    Case(
         "bart-tied",
         "BartForConditionalGeneration",
         dict(

@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specc.cli", "specc.__main__", "specc.demo"),
 )
 
+
 @dataclass(frozen=True)
 class Edge:
     source: str
@@ -148,7 +149,6 @@ def test_no_import_circles() -> None:
     assert not cycles, "import circles:\n" + listed
 
 
-
 def test_no_import_from_a_layer_above() -> None:
     upward = [
         f"{e.where()} (layer {_layer(e.source)} imports layer {_layer(e.target)})"
@@ -156,4 +156,3 @@ def test_no_import_from_a_layer_above() -> None:
         if _layer(e.target) > _layer(e.source)
     ]
     assert not upward, "imports from a higher layer:\n  " + "\n  ".join(upward)
-

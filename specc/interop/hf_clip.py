@@ -1,9 +1,11 @@
-"""CLIP's towers (``CLIPVisionModel``): config → vit spec; class embedding, bias-free patch conv, a LayerNorm
-before the blocks (``pre_layrnorm``), split q/k/v projections, and the class token's own norm
-(``post_layernorm``) as ``pooler_output`` → specc names.
+"""CLIP's towers (``CLIPVisionModel``, ``CLIPTextModel``): config → vit / encoder spec; split q/k/v
+projections and quick_gelu MLPs in both → specc names.
 
 The vision tower is ``head: pooled_norm`` with ``norm.final: false`` (its ``last_hidden_state`` is the blocks'
-output, unnormed) and ``norm.embedding: true`` (``pre_layrnorm``).
+output, unnormed), ``norm.embedding: true`` (``pre_layrnorm``), a class embedding and a bias-free patch conv.
+The text tower is a causal encoder with ``head: eos``: ``pooler_output`` is the final-normed token at the first
+EOS id (``eos_token``), or at the largest id for configs whose ``eos_token_id`` is 2 (transformers' rule for
+CLIP configs from before the EOS id was fixed).
 """
 
 from __future__ import annotations
@@ -55,6 +57,26 @@ def vision_spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     }
 
 
+def text_spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
+    eos = cfg.get("eos_token_id", 49407)
+    if not isinstance(eos, int) or isinstance(eos, bool) or eos < 0:
+        raise cfg.refuse("eos_token_id", f"expected one token id, got {eos!r}", "CLIP pools at one EOS id")
+    cfg.ignore("pad_token_id", "bos_token_id")  # the pooling reads only the EOS id
+    vocab = cfg.positive_int("vocab_size")
+    if eos != 2 and eos >= vocab:
+        raise cfg.refuse("eos_token_id", f"{eos} is not below vocab_size {vocab}", "CLIP pools at the EOS id's token")
+    return {
+        "kind": "encoder",
+        "vocab_size": vocab,
+        "context": cfg.positive_int("max_position_embeddings", 77),
+        "attention": {"heads": cfg.positive_int("num_attention_heads"), "mask": "causal"},
+        "norm": {"type": "layernorm", "placement": "pre", "eps": cfg.number("layer_norm_eps", 1e-5)},
+        "head": "eos",
+        "eos_token": None if eos == 2 else eos,  # 2: the old configs' id, pooled at the largest id
+        **_tower(cfg),
+    }
+
+
 def _blocks(prefix: str) -> dict[str, Any]:
     layer = f"{prefix}encoder.layers.*."
     attn = f"{layer}self_attn."
@@ -84,6 +106,28 @@ VISION_TABLE = Table(
 )
 
 
+_T = "{p}"  # "text_model." in transformers 4 checkpoints, absent in 5
+TEXT_TABLE = Table(
+    "CLIP text",
+    {
+        "embed.weight": f"{_T}embeddings.token_embedding.weight",
+        "pos.weight": f"{_T}embeddings.position_embedding.weight",
+        "norm_f.{k}": f"{_T}final_layer_norm.{{k}}",
+        **_blocks(_T),
+    },
+    prefix="text_model.",
+    ignore=(r"embeddings\.position_ids$",),
+)
+
+
+def text_detect(names: set[str]) -> bool:
+    return any(re.fullmatch(r"(text_model\.)?embeddings\.token_embedding\.weight", n) for n in names)
+
+
+def text_plan(g: LayerGraph, names: set[str]) -> Plan:
+    return table_plan(TEXT_TABLE, g, names)
+
+
 def vision_detect(names: set[str]) -> bool:
     return any(re.fullmatch(r"(vision_model\.)?embeddings\.class_embedding", n) for n in names)
 
@@ -94,4 +138,7 @@ def vision_plan(g: LayerGraph, names: set[str]) -> Plan:
 
 VISION_FAMILY = Family(
     "CLIP vision", ("CLIPVisionModel",), ("clip_vision_model",), ("vit",), vision_spec, vision_detect, vision_plan
+)
+TEXT_FAMILY = Family(
+    "CLIP text", ("CLIPTextModel",), ("clip_text_model",), ("encoder",), text_spec, text_detect, text_plan
 )

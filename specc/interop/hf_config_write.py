@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..spec import kinds
+from ..spec import kinds, resolve
 from ..spec.schema import BiasFlags
 from .rope import _FIELDS as ROPE_FIELDS
 
@@ -516,6 +516,8 @@ def vit(s: Any) -> dict[str, Any]:
     need(s.norm.type == "layernorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-LayerNorm")
     need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
     need(s.pooling == "cls", ("pooling",), "mean pooling")
+    need(s.image.patch_bias, ("image", "patch_bias"), "a patch convolution without bias")
+    need(not s.norm.embedding, ("norm", "embedding"), "a norm before the blocks")
     cfg = {
         "image_size": s.image.size,
         "patch_size": s.image.patch,
@@ -526,6 +528,37 @@ def vit(s: Any) -> dict[str, Any]:
     if s.head == "classifier":
         cfg["id2label"] = {str(i): f"LABEL_{i}" for i in range(s.classes)}
     return cfg
+
+
+def _clip_tower(s: Any) -> dict[str, Any]:
+    """What CLIP's two tower configs share: pre-LayerNorm blocks with biases everywhere, a classic MLP."""
+    need(s.norm.type == "layernorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-LayerNorm")
+    need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
+    need(s.position.type == "learned", ("position", "type"), f"{s.position.type} positions")
+    need(all(_bias(s, k) for k in ("qkv", "out", "mlp", "norm")), ("bias",), "layers without bias")
+    return _bert_sizes(s)
+
+
+def clip_vision(s: Any) -> dict[str, Any]:
+    need(s.pooling == "cls", ("pooling",), "mean pooling")
+    need(not s.image.patch_bias, ("image", "patch_bias"), "a patch convolution with bias")
+    need(s.norm.embedding and s.norm.final is False, ("norm",), "norms other than pre_layrnorm and post_layernorm")
+    need(resolve.mask(s) == "none", ("attention", "mask"), "a masked vision tower")
+    return {"image_size": s.image.size, "patch_size": s.image.patch, "num_channels": s.image.channels, **_clip_tower(s)}
+
+
+def clip_text(s: Any) -> dict[str, Any]:
+    need(resolve.mask(s) == "causal", ("attention", "mask"), "a text tower that is not causal")
+    need(not s.norm.embedding and resolve.final_norm(s), ("norm",), "norms other than final_layer_norm")
+    need(s.type_vocab_size == 0 and not s.position.offset, ("type_vocab_size",), "token types or position offsets")
+    # eos_token_id 2 means "pool at the largest id" to transformers; null is that rule
+    need(s.eos_token != 2, ("eos_token",), "pooling at id 2 (transformers reads eos_token_id 2 as the largest id)")
+    return {
+        "vocab_size": s.vocab_size,
+        "max_position_embeddings": s.context,
+        "eos_token_id": 2 if s.eos_token is None else s.eos_token,
+        **_clip_tower(s),
+    }
 
 
 def bart(s: Any, arch: str) -> dict[str, Any]:
@@ -783,6 +816,8 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "OPTForCausalLM": ("opt", opt),
     "ViTForImageClassification": ("vit", vit),
     "ViTModel": ("vit", vit),
+    "CLIPVisionModel": ("clip_vision_model", clip_vision),
+    "CLIPTextModel": ("clip_text_model", clip_text),
     "BartForConditionalGeneration": ("bart", lambda s: bart(s, "BartForConditionalGeneration")),
     "MarianMTModel": ("marian", lambda s: bart(s, "MarianMTModel")),
     "DeepseekV2ForCausalLM": ("deepseek_v2", lambda s: deepseek(s, "DeepseekV2ForCausalLM")),
@@ -830,8 +865,9 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "RobertaModel",
         "DistilBertForMaskedLM",
         "DistilBertModel",
+        "CLIPTextModel",
     ),
-    "vit": ("ViTForImageClassification", "ViTModel"),
+    "vit": ("ViTForImageClassification", "ViTModel", "CLIPVisionModel"),
     "encoder_decoder": ("BartForConditionalGeneration", "MarianMTModel"),
 }
 
@@ -841,9 +877,10 @@ def config(s: Any, arch: str) -> dict[str, Any]:
     model_type, write = WRITERS[arch]
     if s.kind == "encoder":
         head = "mlm" if arch.endswith("ForMaskedLM") else "none" if arch == "DistilBertModel" else "pooled"
+        head = "eos" if arch == "CLIPTextModel" else head
         need(s.head == head, ("head",), f"a {s.head} head ({arch} has {head})")
     if s.kind == "vit":
-        head = {"ViTForImageClassification": "classifier", "ViTModel": "pooled"}[arch]
+        head = {"ViTForImageClassification": "classifier", "ViTModel": "pooled", "CLIPVisionModel": "pooled_norm"}[arch]
         need(s.head == head, ("head",), f"a {s.head} head ({arch} has {head})")
     body = write(s)
     dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[s.dtype]

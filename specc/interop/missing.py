@@ -4,7 +4,7 @@ are not supported"), never only the class. A class leaves this table when its fa
 
 Each row names a feature, the classes that have it, and the config fields that state it (dotted for nested
 objects: ``attn_config.alibi``). Of the rows a config triggers, the one whose field comes first in the file wins.
-A feature a class always has, with no field of its own (CLIP text's pooling at the EOS token), is blamed on
+A feature a class always has, with no field of its own (SigLIP's patch tokens without a class token), is blamed on
 ``model_type``, after every feature a field states (the first such row in the table).
 """
 
@@ -41,7 +41,7 @@ def _nested(key: str, sub: str) -> Callable[[dict[str, Any]], bool]:
 
 
 _T5 = ("T5ForConditionalGeneration", "T5Model", "MT5ForConditionalGeneration", "UMT5ForConditionalGeneration")
-_CLIP_TEXT = ("CLIPTextModel", "CLIPTextModelWithProjection")
+_CLIP_TEXT = ("CLIPTextModelWithProjection",)
 _CLIP_VISION = ("CLIPVisionModelWithProjection",)
 
 ROWS: tuple[Missing, ...] = (
@@ -73,9 +73,9 @@ ROWS: tuple[Missing, ...] = (
         ("global_attn_every_n_layers", "layer_types", "local_attention", "model_type"),
     ),
     Missing(
-        "a causal text encoder pooled at the EOS token (CLIP text) is not supported",
+        "the text projection of a CLIP text tower (text_projection, projection_dim) is not supported",
         _CLIP_TEXT,
-        ("model_type",),
+        ("projection_dim", "model_type"),
     ),
     Missing(
         "the image projection of a CLIP vision tower (visual_projection, projection_dim) is not supported",

@@ -62,6 +62,7 @@ FAMILIES: tuple[Family, ...] = (
     hf_opt.FAMILY,
     hf_vit.FAMILY,
     hf_clip.VISION_FAMILY,
+    hf_clip.TEXT_FAMILY,
     hf_bart.FAMILY,
 )
 
@@ -103,6 +104,7 @@ DEFAULT_ARCHITECTURE = {
     "opt": "OPTForCausalLM",
     "vit": "ViTForImageClassification",
     "clip_vision_model": "CLIPVisionModel",
+    "clip_text_model": "CLIPTextModel",
     "bart": "BartForConditionalGeneration",
     "marian": "MarianMTModel",
 }

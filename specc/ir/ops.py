@@ -355,12 +355,16 @@ _op("dropout", "dropout(x, p) in training, identity in inference", DropoutAttrs,
 
 @attrs_dataclass
 class PoolAttrs(OpAttrs):
-    mode: Literal["mean", "cls"]
+    mode: Literal["mean", "cls", "eos"]
+    # mode eos (CLIP text): the token at the first position of this id in input_ids (the op's second input);
+    # None: at the position of the largest id (CLIP configs before the EOS id was fixed)
+    eos_token_id: int | None = optional()
 
 
 _op(
     "pool",
-    "[B,N,D] → [B,D]: mean over tokens (`mode: mean`) or the first token (`mode: cls`)",
+    "[B,N,D] → [B,D]: mean over tokens (`mode: mean`), the first token (`mode: cls`) or the token at the EOS "
+    "id in input_ids (`mode: eos`, second input)",
     PoolAttrs,
     lambda a, s: (s[0][0], s[0][2]),
 )

@@ -13,6 +13,7 @@ from .rules_block import block_violations
 from .rules_fields import (
     attention_rules,
     encoder_decoder_rules,
+    encoder_rules,
     mlp_rules,
     position_rules,
     rnn_rules,
@@ -20,7 +21,7 @@ from .rules_fields import (
     vit_rules,
 )
 from .rules_kinds import layer_kinds
-from .schema import EncoderDecoderSpec, RNNSeq2SeqSpec, ViTSpec, _Base, _Transformer, install_check
+from .schema import EncoderDecoderSpec, EncoderSpec, RNNSeq2SeqSpec, ViTSpec, _Base, _Transformer, install_check
 from .violation import RuleViolations
 
 
@@ -40,6 +41,8 @@ def violations(spec: _Base) -> Any:
         yield from layer_kinds(spec)
     if isinstance(spec, ViTSpec):
         yield from vit_rules(spec)
+    if isinstance(spec, EncoderSpec):
+        yield from encoder_rules(spec)
     if isinstance(spec, EncoderDecoderSpec):
         yield from encoder_decoder_rules(spec)
     if isinstance(spec, RNNSeq2SeqSpec):

@@ -361,6 +361,21 @@ def vit_rules(spec: ViTSpec) -> Any:
         )
 
 
+def encoder_rules(spec: EncoderSpec) -> Any:
+    if spec.eos_token is not None and spec.head != "eos":
+        yield Violation(
+            ("eos_token",),
+            f"eos_token is only used by head: eos (head is {spec.head})",
+            "remove eos_token or set head: eos",
+        )
+    elif spec.eos_token is not None and spec.eos_token >= spec.vocab_size:
+        yield Violation(
+            ("eos_token",),
+            f"eos_token {spec.eos_token} is not below vocab_size {spec.vocab_size}",
+            also=(("vocab_size",),),
+        )
+
+
 def encoder_decoder_rules(spec: EncoderDecoderSpec) -> Any:
     if spec.shared_embeddings and spec.target_vocab_size not in (None, spec.vocab_size):
         yield Violation(

@@ -383,7 +383,18 @@ class EncoderSpec(_TextModel):
     kind: Literal["encoder"]
     blocks: SInt = Field(..., ge=1, le=MAX_BLOCKS)
     type_vocab_size: SInt = Field(0, ge=0, le=1 << 16, description="token-type embeddings (0: none)")
-    head: Literal["mlm", "pooled", "none"] = "mlm"
+    head: Literal["mlm", "pooled", "eos", "none"] = Field(
+        "mlm",
+        description="mlm: logits; pooled: a dense+tanh pooler_output of the first token (BERT); eos: "
+        "last_hidden_state at the EOS token as pooler_output (CLIP text); none: last_hidden_state only",
+    )
+    eos_token: SInt | None = Field(
+        None,
+        ge=0,
+        le=MAX_VOCAB,
+        description="head eos: the pooled token is the first holding this id; null: the one with the largest id "
+        "(CLIP configs from before the EOS id was fixed)",
+    )
     head_activation: Activation = Field("gelu", description="activation of the MLM transform")
 
 

@@ -125,4 +125,16 @@ def make_dropout(b: GraphBuilder, op: Op, xs: list[str]) -> str:
 def make_pool(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     if op.attrs.mode == "mean":
         return b.op("ReduceMean", [xs[0], b.i64(1)], scope=op.name, keepdims=0)
+    if op.attrs.mode == "eos":  # the first position of the EOS id (or of the largest id) per row
+        ids = xs[1]
+        if op.attrs.eos_token_id is not None:
+            ids = b.op("Equal", [ids, b.const(np.array(op.attrs.eos_token_id, np.int64), "eos")], scope=op.name)
+        ids = b.op("Cast", [ids], scope=op.name, to=6)  # int32: ArgMax has no int64/bool kernel
+        at = b.op("ArgMax", [ids], scope=op.name, axis=1, keepdims=1, select_last_index=0)  # [B, 1]
+        at = b.op("Unsqueeze", [at, b.i64(2)], scope=op.name)  # [B, 1, 1]
+        shape = b.op("Shape", [xs[0]], scope=op.name)
+        d = b.op("Slice", [shape, b.i64(2), b.i64(3)], scope=op.name)
+        at = b.op("Expand", [at, b.op("Concat", [b.i64(1, 1), d], scope=op.name, axis=0)], scope=op.name)
+        y = b.op("GatherElements", [xs[0], at], scope=op.name, axis=1)  # [B, 1, D]
+        return b.op("Squeeze", [y, b.i64(1)], scope=op.name)
     return b.op("Gather", [xs[0], b.scalar_i64(0)], scope=op.name, axis=1)

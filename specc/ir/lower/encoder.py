@@ -10,7 +10,7 @@ from .context import Context, embed_norm_dropout, graph_meta, head, linear, pool
 
 
 def lower_encoder(s: EncoderSpec) -> LayerGraph:
-    task = {"mlm": "masked_lm", "pooled": "pooled_encoder", "none": "encoder"}[s.head]
+    task = {"mlm": "masked_lm", "pooled": "pooled_encoder", "eos": "pooled_encoder", "none": "encoder"}[s.head]
     follow = {"positions_follow": "attention_mask"} if s.position.skip_padding else {}
     g = LayerGraph(
         meta=graph_meta(
@@ -38,4 +38,7 @@ def lower_encoder(s: EncoderSpec) -> LayerGraph:
         g.set_output("logits", head(c, h, s.vocab_size, "embed.weight" if s.tie_embeddings else None))
     elif s.head == "pooled":
         g.set_output("pooler_output", pooler(c, x, "cls"))
+    elif s.head == "eos":  # CLIP text: the (final-normed) token at the EOS id
+        eos = {"eos_token_id": s.eos_token} if s.eos_token is not None else {}
+        g.set_output("pooler_output", g.add("pool", "pool", [x, ids], "head", mode="eos", **eos))
     return g

@@ -194,12 +194,19 @@ _emits(
     depth=1,
 )
 _emits("sigmoid_gate", call=lambda op, c: f"torch.sigmoid({c.args[1]}) * {c.args[0]}", depth=1)
-_emits(
-    "pool",
-    call=lambda op, c: f"{c.args[0]}.mean(1)" if op.attrs.mode == "mean" else f"{c.args[0]}[:, 0]",
-    structural=("mode",),
-    depth=0,
-)
+
+
+def _pool_call(op: Op, c: Call) -> str:
+    x = c.args[0]
+    if op.attrs.mode == "mean":
+        return f"{x}.mean(1)"
+    if op.attrs.mode == "eos":  # the first position of the EOS id (or of the largest id) in each row
+        ids = c.args[1] if op.attrs.eos_token_id is None else f"({c.args[1]} == {op.attrs.eos_token_id})"
+        return f"{x}[torch.arange({x}.shape[0], device={x}.device), {ids}.int().argmax(-1)]"
+    return f"{x}[:, 0]"
+
+
+_emits("pool", call=_pool_call, structural=("mode", "eos_token_id"), depth=1)
 
 # Keyword arguments of the layers, their defaults declared once with the op's attributes (a test holds the
 # layer constructors' defaults equal to them).
