@@ -70,9 +70,9 @@ def check_expert_parallel(graph: LayerGraph, ep: int, dp: int, tp: int = 1) -> N
             hint=f"ep={dp}, or tp=1",
         )
     for op in moes:
-        if op.attrs["experts"] % ep:
+        if op.attrs.experts % ep:
             raise SpecError(
-                f"{name}: {op.name} has {op.attrs['experts']} experts, not divisible by ep={ep}",
+                f"{name}: {op.name} has {op.attrs.experts} experts, not divisible by ep={ep}",
                 hint="an ep that divides the experts",
             )
 
@@ -91,7 +91,7 @@ def apply_expert_parallel(
     for op in graph.ops():
         if op.kind != "moe":
             continue
-        if tp is not None and op.attrs.get("bias"):
+        if tp is not None and op.attrs.bias:
             raise SpecError(f"{op.name}: tensor parallelism of experts with biases is not supported", hint="tp=1")
         module = model.get_submodule(op.name)
         assert isinstance(module, MoE)
