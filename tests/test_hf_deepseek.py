@@ -122,6 +122,10 @@ def test_onnx_kv_cache_caches_the_latent_and_generates_as_hf(twin, case: Case, t
     lat = s.spec.attention.latent
     assert past["past_key_values.0.key"][1:] == [1, "past_sequence", lat.kv_rank]  # the latent, not per-head K/V
     assert past["past_key_values.0.value"][1:] == [1, "past_sequence", lat.rope_head_dim]
+    import onnx
+
+    meta = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+    assert "latent [batch, 1, past_sequence, kv_rank]" in meta["specc.kv_layout"]
     ids = torch.randint(3, s.hf.config.vocab_size - 1, (1, 6), generator=torch.Generator().manual_seed(2))
     want, _ = _hf_greedy(s, ids, 10)
     feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones_like(ids.numpy())}

@@ -40,7 +40,7 @@ from ...version import __version__
 from . import graph_encdec
 from .builder import ExportOptions
 from .graph_transformer import build_transformer, validate
-from .kv_cache import LAYOUT, buffer_metadata
+from .kv_cache import buffer_metadata, layout
 from .quantize import Quantization, quantize_model
 from .recipes import CHUNK_BYTES
 from .save import set_metadata
@@ -239,7 +239,7 @@ def _metadata(spec: Any, g: LayerGraph, opts: ExportOptions) -> dict[str, str]:
         "specc.ir_meta": json.dumps(g.meta, sort_keys=True, default=str),
     }
     if opts.kv_cache:
-        meta["specc.kv_layout"] = LAYOUT
+        meta["specc.kv_layout"] = layout(g)
         meta.update(buffer_metadata(g, opts))
     if any(op.kind == "moe" for op in g.ops()):
         meta["specc.moe"] = opts.moe

@@ -31,6 +31,17 @@ from .builder import ExportOptions, GraphBuilder
 from .contrib import uses_gqa
 
 LAYOUT = "past_key_values.{i}.key|value -> present.{i}.key|value: [batch, kv_heads, past_sequence, head_dim]"
+LATENT_LAYOUT = (
+    "past_key_values.{i}.key|value -> present.{i}.key|value: latent [batch, 1, past_sequence, kv_rank] | "
+    "rotary key [batch, 1, past_sequence, rope_head_dim]"
+)
+
+
+def layout(g: LayerGraph) -> str:
+    """The cache layout the metadata states: per-head K/V, or MLA's latent and rotary key."""
+    return LATENT_LAYOUT if any(op.kind == "latent_attention" for op in g.ops()) else LAYOUT
+
+
 SHARED = "shared"  # metadata specc.kv_buffer: past and present may be one max-length buffer (see above)
 
 
