@@ -111,7 +111,7 @@ def test_onnx_matches_hf_with_one_attention_node_per_layer(twin, case: Case, tmp
     assert_close_to_hf(s, x, got)
 
 
-@pytest.mark.parametrize("case", CASES[:2], ids=lambda c: c.id)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_onnx_kv_cache_caches_the_latent_and_generates_as_hf(twin, case: Case, tmp_path: Path) -> None:
     from specc.runtime.generate import greedy
     from specc.runtime.onnx_model import OrtModel
