@@ -125,7 +125,8 @@ def _imports(path: Path) -> set[str]:
 def test_standalone_model_py_reproduces_the_module(case: str, tmp_path: Path) -> None:
     spec = tiny(case)
     path = write_model_py(spec, tmp_path / f"{case}.py")
-    allowed = {"__future__", "collections", "contextlib", "functools", "math", "pathlib", "re", "typing", "torch"}
+    allowed = {"__future__", "collections", "contextlib", "dataclasses", "functools", "math", "pathlib", "re", "typing"}
+    allowed.add("torch")
     assert _imports(path) <= allowed | {"safetensors"}
     standalone = _import(path).build()
     module = build_torch(spec)

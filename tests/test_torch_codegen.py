@@ -23,12 +23,12 @@ from specc.backends.torch.codegen import model_source
 def test_gpt2_model_py_reads_like_hand_written_code(tmp_path: Path) -> None:
     path = write_model_py(specc.load_spec("gpt2"), tmp_path / "model.py")
     text = path.read_text()
-    assert len(text.splitlines()) <= 375  # the budget: nanoGPT-sized, with the KV cache, generation, every mask, ties
+    assert len(text.splitlines()) <= 400  # the KV cache, generation, ties, HF names, a Config; only the paths it takes
     tree = ast.parse(text)
     classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
     assert classes.count("Block") == 1 and "Attention" in classes and "MLP" in classes
     assert "Op(" not in text and "MoE" not in text and "RNNDecoder" not in text  # only the layers it uses
-    assert "nn.ModuleList(Block() for _ in range(12))" in text
+    assert "nn.ModuleList(Block(c) for _ in range(c.blocks))" in text and "class Config:" in text
     assert "x = x + self.attn(self.norm1(x), attention_mask, state)" in text
     ruff = shutil.which("ruff")
     if ruff:

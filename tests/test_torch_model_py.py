@@ -168,3 +168,27 @@ def helper():
     undecided = specialise(source, {"self.kind": ["a", "b"]}, keep={"helper"})
     assert 'if self.kind == "b"' in undecided and '"c"' not in undecided
     assert "self.size is None" in undecided
+
+
+@pytest.mark.parametrize("preset", ["gpt2", "llama3.1-8b", "mixtral-8x7b", "transformer-base", "vit-b16"])
+def test_build_with_a_smaller_config_makes_a_variant_that_runs(preset: str, tmp_path: Path) -> None:
+    """Full-size presets: model.py's Config holds the sizes; build(config=...) builds (and runs) a small variant."""
+    module = _import(write_model_py(specc.load_spec(preset), tmp_path / "model.py"))
+    full = module.Config()
+    assert preset == "transformer-base" or full.blocks == specc.load_spec(preset).blocks
+    small = {"d_model": 32, "heads": 4, "hidden": 48, "blocks": 2, "encoder_blocks": 1, "decoder_blocks": 1}
+    small |= {"vocab_size": 50, "target_vocab_size": 50, "kv_heads": 2, "experts": 4, "active": 2}
+    fields = {f for f in module.Config.__dataclass_fields__}
+    config = module.Config(**{k: v for k, v in small.items() if k in fields})
+    model = module.build(config=config, dtype="fp32")
+    assert sum(p.numel() for p in model.parameters()) < 2_000_000
+    if preset == "vit-b16":
+        out = model(torch.randn(1, 3, 224, 224))
+        assert out.shape == (1, 1000)
+        return
+    ids = torch.randint(0, 50, (1, 5))
+    with torch.no_grad():
+        out = model(ids, ids) if preset == "transformer-base" else model(ids)
+    assert out.shape[-1] == 50 and torch.isfinite(out).all()
+    if preset != "transformer-base":
+        assert model.generate(ids, 3).shape == (1, 8)

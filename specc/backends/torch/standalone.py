@@ -23,6 +23,7 @@ from .build import as_graph
 from .checkpoint import _spec_model, compile_checkpoint
 from .codegen import model_source
 from .codegen.facts import model_facts
+from .codegen.sizes import model_sizes
 from .codegen.specialise import specialise
 from .layers import FILES
 from .standalone_names import names_source
@@ -142,12 +143,14 @@ def library_source(needed: tuple[str, ...]) -> tuple[list[str], str]:
 
 def model_py_source(spec: Any, weights_file: str | None) -> str:
     graph = as_graph(spec)
-    src = model_source(graph)
+    sizes = model_sizes(graph)
+    src = model_source(graph, sizes, docs=True)
     name = graph.meta.get("name", "model")
     names = names_source(graph)  # Hugging Face checkpoint names, where a family fits
     imports, library = library_source((*src.library, "Model", *(["from_hf"] if names else [])))
     base = [
         "from typing import Any, ClassVar",
+        "from dataclasses import dataclass",
         "import torch",
         "import torch.nn.functional as F",
         "from torch import Tensor, nn",
@@ -168,17 +171,21 @@ Needs torch (safetensors for weights), not specc. build() loads WEIGHTS (specc{h
 
 '''
     load = "from_hf(model, tensors, HF_NAMES, HOW, HF_TIED, HF_SKIP)" if names else "tensors"
+    config_arg = "config" if sizes else ""
+    config_doc = ".\n    ``config``: other sizes (a smaller variant, seeded weights).\n    " if sizes else "."
+    config_class = ("\n".join(sizes.source(name)) + "\n\n\n") if sizes else ""
+    config = ", config: Config | None = None" if sizes else ""
     tail = f'''
 
 {names}WEIGHTS = {weights_file!r}  # safetensors beside this file, or None for the seeded initialisation
 DTYPES = {{"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}}
 
 
-def build(weights: str | None = WEIGHTS, device: str | None = None, dtype: str | None = None) -> {src.root}:
-    """The model on ``device`` (default CPU) in ``dtype`` (default the spec's), in eval mode."""
+def build(weights: str | None = WEIGHTS, device: str | None = None, dtype: str | None = None{config}) -> {src.root}:
+    """The model on ``device`` (default CPU) in ``dtype`` (default the spec's), in eval mode{config_doc}"""
     dt, device = DTYPES[dtype or {src.root}.META["dtype"]], device or "cpu"
     with torch.device("meta"):
-        model = {src.root}().to(dt)
+        model = {src.root}({config_arg}).to(dt)
     if weights is None:
         return model.to_empty(device=device).init_weights().eval()
     from safetensors.torch import load_file
@@ -187,7 +194,7 @@ def build(weights: str | None = WEIGHTS, device: str | None = None, dtype: str |
     model.load_state_dict({load}, assign=True)
     return model.to(dt).eval()
 '''
-    used = specialise(library + "\n\n\n" + src.body + tail, model_facts(graph), keep=KEEP)
+    used = specialise(library + "\n\n\n" + config_class + src.body + tail, model_facts(graph), keep=KEEP)
     imports = [i for i in [*imports, *base] if any(re.search(rf"\b{n}\b", used) for n in _bound_names(i))]
     imports = _merged_imports(imports)
     text = header + "\n".join(imports) + "\n\n\n" + used

@@ -16,7 +16,8 @@ from .. import layers
 from .classes import plan_classes
 from .emitters import EMITTERS, lit
 from .facts import STEP_INPUTS, runtime_meta
-from .scopes import build_tree, dynamic_values, signatures
+from .scopes import Scope, build_tree, dynamic_values, signatures
+from .sizes import Sizes
 from .writer import Writer
 
 __all__ = ["EMITTERS", "GeneratedSource", "model_source"]
@@ -53,7 +54,9 @@ def tied_params(graph: LayerGraph) -> dict[str, str]:
     return {f"{op.name}.weight": op.tied_to for op in graph.ops() if op.tied_to is not None}
 
 
-def model_source(graph: LayerGraph) -> GeneratedSource:
+def model_source(graph: LayerGraph, sizes: Sizes | None = None, docs: bool = False) -> GeneratedSource:
+    """The module's source; with ``sizes`` (model.py) the constructors read them from a ``Config`` ``c``;
+    ``docs``: a one-line docstring per class (what it holds, in order)."""
     meta = dict(graph.meta)
     task = meta["task"]
     step = STEP_INPUTS.get(task)
@@ -61,7 +64,7 @@ def model_source(graph: LayerGraph) -> GeneratedSource:
     root = build_tree(graph)
     signatures(root, graph, dynamic_values(graph, step, [follow] if follow else []))
     plans = plan_classes(root, task)
-    w = Writer(graph, plans, root, follow, generates=step is not None)
+    w = Writer(graph, plans, root, follow, generates=step is not None, sizes=sizes)
     chunks = []
     for plan in plans.values():
         is_root = plan.rep is root
@@ -69,8 +72,16 @@ def model_source(graph: LayerGraph) -> GeneratedSource:
         lines = [f"class {plan.name}({base}):"]
         if is_root:
             lines += _root_facts(graph, meta, step)
+        elif docs:
+            lines += [f'    """{_summary(plan.rep)}"""', ""]
         params = "".join(f", {name}" for name in plan.params.values())
-        lines += [f"    def __init__(self{params}):", "        super().__init__()"]
+        if sizes is None:
+            lines += [f"    def __init__(self{params}):", "        super().__init__()"]
+        elif is_root:
+            lines += [f"    def __init__(self, config: Config | None = None{params}):", "        super().__init__()"]
+            lines += ["        c = self.config = config or Config()"]
+        else:
+            lines += [f"    def __init__(self, c: Config{params}):", "        super().__init__()"]
         lines += [f"        {line}" for line in w.init_lines(plan)]
         if is_root and tied_params(graph):
             lines.append("        self.tie_weights()  # each TIED weight IS its owner's Parameter")
@@ -80,6 +91,15 @@ def model_source(graph: LayerGraph) -> GeneratedSource:
     body = "\n\n\n".join(chunks) + "\n"
     used = tuple(n for n in LIBRARY if re.search(rf"\b{n}\b", body))
     return GeneratedSource(body, plans[("root",)].name, used)
+
+
+def _summary(scope: Scope) -> str:
+    """``blocks.*: norm1 → attn → norm2 → mlp.`` (its modules in call order), cut to one line."""
+    path = re.sub(r"\.\d+(?=\.|$)", ".*", scope.path)
+    held = [u for u in scope.units if u.scope is not None or EMITTERS[u.op.kind].ctor is not None]  # type: ignore[union-attr]
+    parts = list(dict.fromkeys(u.key.partition(".")[0] for u in held))
+    text = f"{path}: {' → '.join(parts)}."
+    return text if len(text) <= 110 else text[: text.rfind(" → ", 0, 106)] + " → …"
 
 
 def _root_facts(graph: LayerGraph, meta: dict, step: str | None) -> list[str]:

@@ -9,6 +9,7 @@ from ....ir.graph import LayerGraph
 from .classes import ClassPlan
 from .emitters import EMITTERS, Call, lit
 from .scopes import Scope, Unit, flat_attrs, head_op
+from .sizes import Sizes
 
 MAX_INLINE_DEPTH = 2  # nested calls per expression: x = x + self.attn(self.norm1(x)) and no deeper
 MAX_INLINE_CHARS = 64
@@ -28,9 +29,11 @@ class Writer:
         root: Scope,
         positions_follow: str | None,
         generates: bool = True,
+        sizes: Sizes | None = None,
     ):
         self.graph, self.plans, self.root = graph, plans, root
         self.positions_follow = positions_follow
+        self.sizes = sizes  # model.py: constructors read sizes from a Config ``c``
         self.generates = generates  # only generating models need the last-position cut before their head
         self.head = head_op(graph)
         self.by_scope = {id(m): p for p in plans.values() for m in p.members}
@@ -86,7 +89,7 @@ class Writer:
         plan = self.plan_of(child)
         values = flat_attrs(child)
         rel = owner.rep.rel(child.path) if child.path.startswith(owner.rep.path) else child.path
-        args = []
+        args = ["c"] if self.sizes else []
         for (path, attr), pname in plan.params.items():
             key = (f"{rel}.{path}", attr)
             args.append(f"{pname}={owner.params[key] if key in owner.params else lit(values[(path, attr)])}")
@@ -102,7 +105,8 @@ class Writer:
                 rel = unit.key
 
                 def attr(key: str, rel: str = rel, op: Any = unit.op) -> str:
-                    return plan.params.get((rel, key)) or lit(getattr(op.attrs, key))
+                    value = getattr(op.attrs, key)
+                    return plan.params.get((rel, key)) or (self.sizes and self.sizes.expr(key, value)) or lit(value)
 
                 ctor = e.ctor(unit.op, attr)
                 if ctor is not None:
@@ -116,8 +120,12 @@ class Writer:
                 done.add(head)
                 members = list(rep.children[head].children.values())
                 calls = [f"{self.plan_of(m).name}({self.ctor_args(plan, m)})" for m in members]
+                container = rep.children[head].path
+                count = (
+                    f"c.{self.sizes.blocks[container]}" if self.sizes and container in self.sizes.blocks else len(calls)
+                )
                 if len(set(calls)) == 1:
-                    lines.append(f"self.{head} = nn.ModuleList({calls[0]} for _ in range({len(calls)}))")
+                    lines.append(f"self.{head} = nn.ModuleList({calls[0]} for _ in range({count}))")
                 else:
                     lines.append(f"self.{head} = nn.ModuleList([{', '.join(calls)}])")
         return lines
@@ -289,7 +297,7 @@ class Body:
                     self.wrapped.add(v)
                 return
             name = self._name_for(unit, j)
-            self.out.append(f"{name} = {expr}")
+            self.out.append(self._shaped(f"{name} = {expr}", unit))
             self.env[v] = (name, 0)
             self.live[name] = v
             return
@@ -298,6 +306,21 @@ class Body:
         for v, n in zip(unit.outputs, names, strict=True):
             self.env[v] = (n, 0)
             self.live[n] = v
+
+    def _shaped(self, line: str, unit: Unit) -> str:
+        """The statement with its output's symbolic shape as a comment where it is not its input's (model.py)."""
+        sizes, graph = self.w.sizes, self.w.graph
+        if sizes is None or not unit.inputs or unit.inputs[0].startswith("param:"):
+            return line
+        try:
+            before, after = graph.shape_of(unit.inputs[0]), graph.shape_of(unit.outputs[0])
+        except KeyError:
+            return line
+        if tuple(before) == tuple(after):
+            return line
+        dims = [d if isinstance(d, str) else (sizes.expr("in_features", d) or str(d)) for d in after]
+        comment = "  # (" + ", ".join(d.replace("c.", "").replace(" * ", "·") for d in dims) + ")"
+        return line + comment if len(line) + len(comment) <= 100 else line
 
     def _own_depth(self, j: int) -> int:
         unit = self.scope.units[j]
@@ -336,13 +359,15 @@ class Body:
     def _emit_return(self) -> None:
         s = self.scope
         exprs = [self.value(v)[0] for v in s.outputs]
+        first = Unit("", inputs=s.inputs[:1], outputs=s.outputs[:1])
         if s is not self.w.root:
-            self.out.append(f"return {', '.join(exprs)}")
+            line = f"return {', '.join(exprs)}"
+            self.out.append(self._shaped(line, first) if len(s.outputs) == 1 else line)
             return
         by_value = dict(zip(s.outputs, exprs, strict=True))
         items = ", ".join(f'"{name}": {by_value[op]}' for name, op in self.w.graph.outputs.items())
         if list(self.w.graph.outputs) == ["logits"]:
-            self.out.append(f"return {exprs[0]}")
+            self.out.append(self._shaped(f"return {exprs[0]}", first))
         elif "logits" in self.w.graph.outputs:
             self.out += [
                 "if return_all:",
