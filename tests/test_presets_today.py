@@ -45,6 +45,9 @@ def test_deepseek_v3_active_count_and_latent_kv_cache() -> None:
     assert p.active == 37_552_283_088  # "37B activated": 8 of 256 routed experts + the shared one + attention
     assert p.buffers == 58 * 256  # the selection-only score biases of the 58 MoE layers (buffers in transformers)
     assert r.memory["kv_cache"] == 61 * 1000 * (512 + 64) * 2  # the latent and the rotary key, bf16
+    kinds = r.to_dict()["flops"]["forward"]["per_kind"]
+    assert {k: v["layers"] for k, v in kinds.items()} == {"dense": 3, "moe": 58}
+    assert all(v["mask"] == "causal" and v["kv_cache_per_layer"] == 1000 * 576 * 2 for v in kinds.values())
 
 
 @pytest.mark.parametrize(("preset", "active"), [("gpt-oss-20b", 3.61e9), ("gpt-oss-120b", 5.13e9)])

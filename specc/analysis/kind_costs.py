@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..ir.graph import LayerGraph
+from ..ir.ops import ATTENTION_KINDS
 from . import fmt
 from .op_costs import OpCost, Totals
 from .sections import Section
@@ -39,7 +40,7 @@ def per_kind(g: LayerGraph, costs: list[OpCost], decode: set[str] | None) -> dic
     for kind in dict.fromkeys(pattern):
         layers = [i for i, k in enumerate(pattern) if k == kind]
         first = [c for c in costs if c.op.layer == layers[0] and c.op.stack is None]
-        attn = next((c.op for c in first if c.op.kind == "attention" and not c.op.attrs.cross), None)
+        attn = next((c.op for c in first if c.op.kind in ATTENTION_KINDS and not c.op.attrs.cross), None)
         shown = {}
         if attn is not None:
             a = attn.attrs
