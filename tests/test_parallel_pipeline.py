@@ -111,18 +111,24 @@ def test_pipeline_schedules_equal_the_single_process() -> None:
 
 
 def dp_pp_cases() -> dict[str, dict[str, Any]]:
-    """dp=2 × pp=2 (4 ranks): FSDP2 shards each stage over its data-parallel pair; each rank trains on its
-    rows of the global batch, and the whole tensors equal the single process's."""
+    """dp=2 × pp=2 and tp=2 × pp=2 (4 ranks): FSDP2 shards each stage over its data-parallel pair (each rank
+    trains on its rows of the global batch), or the IR's tensor-parallel plan splits each stage's modules;
+    the whole tensors equal the single process's."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
     import specc
     from specc.parallel import data
     from specc.parallel.pipeline import build_pipeline
+    from specc.parallel.tensor import packed_params
 
     out = {}
-    meshes = {"dp": init_device_mesh("cpu", (2, 2, 1), mesh_dim_names=("pp", "dp", "tp"))}
+    meshes = {
+        "dp": init_device_mesh("cpu", (2, 2, 1), mesh_dim_names=("pp", "dp", "tp")),
+        "tp": init_device_mesh("cpu", (2, 1, 2), mesh_dim_names=("pp", "dp", "tp")),
+    }
     cases = [("gpt", 3, "1f1b", 1, "dp"), ("llama", 4, "interleaved-1f1b", 2, "dp")]
+    cases += [("gpt", 3, "gpipe", 1, "tp"), ("llama", 3, "1f1b", 1, "tp")]  # tied head vocab-split; GQA heads
     for family, blocks, schedule, virtual, split in cases:
         mesh = meshes[split]
         dp = mesh["dp"].size()
@@ -148,15 +154,18 @@ def dp_pp_cases() -> dict[str, dict[str, Any]]:
         with torch.no_grad():
             full = {n: p.full_tensor() for n, p in pipe.root.named_parameters() if isinstance(p, DTensor)}
             sharded = len(full) == len(list(pipe.root.parameters()))
+            for n, order in packed_params(pipe.graph, mesh["tp"].size()).items():  # held rank-major under tp
+                if n in full:
+                    full[n] = full[n][torch.argsort(order)]
             weights = max(float((p - ref.get_parameter(n)).abs().max()) for n, p in full.items())
         out[f"{family}/{schedule}/{split}"] = {"losses": losses, "weights": weights, "sharded": sharded}
     return out
 
 
-def test_pipeline_composed_with_fsdp_over_dp_equals_the_single_process() -> None:
+def test_pipeline_composed_with_fsdp_or_tensor_parallel_equals_the_single_process() -> None:
     for r in spawn(4, dp_pp_cases):
         for case, got in r.items():
-            assert got["sharded"], case  # every parameter is an FSDP2 shard over dp
+            assert got["sharded"], case  # every parameter is a DTensor: an FSDP2 shard over dp, or split over tp
             for loss, ref_loss, norm in got["losses"]:
                 assert loss == pytest.approx(ref_loss, rel=1e-5) and norm > 0.05, case
             assert got["weights"] < 1e-4, case

@@ -130,7 +130,7 @@ def test_impossible_pipelines_exit_2_before_any_work(cli, write_spec, tmp_path: 
         (["--micro-batch", "2"], "--micro-batch sets up pipeline stages"),
         (["--parallel", "pp=2", "--global-batch", "8"], "--batch 4 and --global-batch 8 disagree"),
         (["--parallel", "pp=2"], "needs 2 processes; torchrun is not running this process"),
-        (["--parallel", "pp=2,tp=2"], "--parallel pp=2,tp=2: tensor parallelism inside a pipeline stage is not run"),
+        (["--parallel", "pp=2,tp=3"], "cannot be split over tp=3: blocks.0.attn.core: heads 4 is not divisible"),
         (["--report"], "--report compares a parallel run with its prediction: it needs --parallel"),
         (["--parallel", "pp=2", "--device-profile", "h100"], "--device-profile prices the --report's step time"),
     ]:  # fmt: skip

@@ -18,8 +18,10 @@ block handed on (a forward hook) unless the chunk ends the model.
 A head tied to the embedding (``lm_head`` reads ``embed.weight``) sits on the last stage, the embedding on the
 first: the last stage holds a copy of the table under the same name, and after every backward the two copies'
 gradients are summed over the ranks holding them, so both get the single-process gradient and stay equal
-(Megatron-LM's shared embedding). With ``dp`` the chunks are FSDP2-sharded over the data-parallel ranks (each
-block, then each chunk); tensor parallelism inside a stage is not composed with pipelining yet.
+(Megatron-LM's shared embedding). With ``tp`` each rank's modules take the IR's tensor-parallel plan
+(``specc.parallel.tensor``; the modules other stages hold are skipped), and the hidden states travel whole
+between the stages of a tensor-parallel rank; with ``dp`` the chunks are FSDP2-sharded over the data-parallel
+ranks (each block, then each chunk).
 """
 
 from __future__ import annotations
@@ -112,12 +114,11 @@ def check_pipeline(
     graph: LayerGraph, pp: int, schedule: str, virtual: int, micro_batches: int, dp: int = 1, tp: int = 1
 ) -> None:
     """Refuse, before any work, a pipeline this graph or torch's schedules cannot run (``dp``: FSDP2 ranks,
-    ``tp``: tensor-parallel ranks per stage)."""
-    if tp > 1:  # tried: the first pipelined step under tp=2 fails in gloo (a message-size mismatch), cause open
-        raise SpecError(
-            f"--parallel pp={pp},tp={tp}: tensor parallelism inside a pipeline stage is not run yet",
-            hint="use pp with dp (FSDP2) and tp=1, or tp with dp and pp=1",
-        )
+    ``tp``: tensor-parallel ranks per stage, whose divisibility ``plan.check_tensor_parallel`` checks)."""
+    if tp > 1:
+        from .plan import check_tensor_parallel
+
+        check_tensor_parallel(graph, tp)
     name = graph.meta.get("name", "the model")
     if schedule not in SCHEDULES:
         raise SpecError(f"--pipeline-schedule {schedule} is unknown", hint=f"use one of {', '.join(SCHEDULES)}")
@@ -167,6 +168,8 @@ class _Absent(nn.Module):
     """What stands in for a module another chunk runs: its input passed on (or zeros of the hidden width for
     token ids), which the next block's pre-hook replaces by the received hidden state. ``source``: the module
     it covers for, whose tensors (a tied table) stay readable through it."""
+
+    stands_in = True  # passes that walk the IR's ops (the tensor-parallel plan) skip it
 
     def __init__(self, width: int, source: nn.Module | None = None):
         super().__init__()
@@ -364,10 +367,15 @@ class Pipeline:
 
     def sync_tied(self) -> None:
         """Sum the gradients of a table held on several pipeline ranks (embedding and tied head)."""
+        from torch.distributed.tensor import DTensor
+
         for t in self.tied:
             g = t.param.grad
             if g is None:
                 t.param.grad = g = torch.zeros_like(t.param)
+            if isinstance(g, DTensor) and tuple(g.placements) != tuple(t.param.placements):
+                # a vocabulary-parallel embedding's gradient comes back replicated: split it as its table
+                t.param.grad = g = g.redistribute(g.device_mesh, t.param.placements)
             local = g.to_local() if hasattr(g, "to_local") else g
             dist.all_reduce(local, group=t.group)
 
@@ -555,6 +563,10 @@ def build_pipeline(
         outer = {n: root.get_submodule(n) for n in c.outer if _has_module(root, n)}
         outer.update({n: root.get_submodule(n) for n, owner in copies.items() if c.index == _user_chunk(tied, owner)})
         chunks.append(ChunkModule(root, c, blocks, outer, width))
+    if tp > 1:  # the IR's tensor-parallel plan on the modules this rank holds (stand-ins skipped)
+        from .tensor import apply_tensor_parallel
+
+        apply_tensor_parallel(root, graph, mesh["tp"])
     dp = mesh["dp"] if "dp" in names else None
     if dp is not None and dp.size() > 1:
         from torch.distributed.fsdp import fully_shard

@@ -78,6 +78,8 @@ def apply_tensor_parallel(
     check_tensor_parallel(graph, tp)
     with torch.no_grad():
         for name, order in packed_params(graph, tp).items():
+            if not _held(model, name.rpartition(".")[0]):
+                continue
             param = model.get_parameter(name)
             param.copy_(param[order.to(param.device)])
     plan: dict[str, ParallelStyle] = {}
@@ -89,6 +91,8 @@ def apply_tensor_parallel(
                 hint="--set shared_embeddings=false, or tp=1",
             )
         if op.kind == "moe" and not experts:
+            continue
+        if not _held(model, name):  # another pipeline stage holds it (specc.parallel.pipeline)
             continue
         module = model.get_submodule(name)
         if op.kind == "attention":
@@ -128,4 +132,14 @@ def apply_tensor_parallel(
         scope, _, local = name.rpartition(".")
         by_module.setdefault(scope, {})[local] = order
     for scope, orders in by_module.items():  # state dicts in the [q | k | v] layout (specc.parallel.packed)
-        canonical_state(model.get_submodule(scope), orders)
+        if _held(model, scope):
+            canonical_state(model.get_submodule(scope), orders)
+
+
+def _held(model: nn.Module, path: str) -> bool:
+    """Whether ``model`` runs the module at ``path`` itself (a pipeline stage holds only its own)."""
+    try:
+        module = model.get_submodule(path)
+    except AttributeError:
+        return False
+    return not getattr(module, "stands_in", False)
