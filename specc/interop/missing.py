@@ -40,16 +40,10 @@ def _nested(key: str, sub: str) -> Callable[[dict[str, Any]], bool]:
     return lambda d: isinstance(d.get(key), dict) and bool(d[key].get(sub))
 
 
-_T5 = ("T5ForConditionalGeneration", "T5Model", "MT5ForConditionalGeneration", "UMT5ForConditionalGeneration")
 _CLIP_TEXT = ("CLIPTextModelWithProjection",)
 _CLIP_VISION = ("CLIPVisionModelWithProjection",)
 
 ROWS: tuple[Missing, ...] = (
-    Missing(
-        "relative position bias (bucketed, relative_attention_num_buckets) is not supported",
-        _T5,
-        ("relative_attention_num_buckets", "relative_attention_max_distance", "model_type"),
-    ),
     Missing(
         "attention temperature tuning on NoPE layers (attn_temperature_tuning) is not supported",
         ("Llama4ForCausalLM",),

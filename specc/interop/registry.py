@@ -30,6 +30,7 @@ from . import (
     hf_roberta,
     hf_smollm3,
     hf_starcoder2,
+    hf_t5,
     hf_vit,
 )
 from .family import Family
@@ -64,6 +65,7 @@ FAMILIES: tuple[Family, ...] = (
     hf_clip.VISION_FAMILY,
     hf_clip.TEXT_FAMILY,
     hf_bart.FAMILY,
+    hf_t5.FAMILY,
 )
 
 # The class to assume when a config.json names no ``architectures``.
@@ -107,6 +109,9 @@ DEFAULT_ARCHITECTURE = {
     "clip_text_model": "CLIPTextModel",
     "bart": "BartForConditionalGeneration",
     "marian": "MarianMTModel",
+    "t5": "T5ForConditionalGeneration",
+    "mt5": "MT5ForConditionalGeneration",
+    "umt5": "UMT5ForConditionalGeneration",
 }
 
 

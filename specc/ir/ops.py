@@ -397,6 +397,7 @@ class AttentionAttrs(OpAttrs):
     alibi_scaled: bool = False  # the ALiBi bias is multiplied by `scale` too (Falcon-RW)
     alibi_bf16: bool = False  # slopes and slope · key position rounded to bfloat16 (Falcon-RW's code)
     sinks: bool = False  # parameter `sinks` [heads]: a logit per head in the softmax denominator (GPT-OSS)
+    position_bias: bool = False  # input 1 is an additive bias [1, H, N_q, N_k] (a relative_bias op's output)
 
 
 def _attention_shape(a: AttentionAttrs, s: list[Shape]) -> Shape:
@@ -411,6 +412,24 @@ _op(
     AttentionAttrs,
     _attention_shape,
     lambda a, s: {"sinks": ParamSpec((a.heads,))} if a.sinks else {},
+)
+
+
+@attrs_dataclass
+class RelativeBiasAttrs(OpAttrs):
+    heads: int
+    buckets: int
+    max_distance: int
+    bidirectional: bool  # the encoder's; a causal stack buckets only k ≤ q
+
+
+_op(
+    "relative_bias",
+    "T5's relative position bias [1, H, N_q, N_k]: table[bucket(k - q), h], queries the last N_q of N_k positions "
+    "(input: the stack's token ids [B, N_q]; bucket as transformers' T5Attention._relative_position_bucket)",
+    RelativeBiasAttrs,
+    lambda a, s: (1, a.heads, s[0][1], s[0][1]),
+    lambda a, s: {"weight": ParamSpec((a.buckets, a.heads))},
 )
 
 

@@ -172,6 +172,7 @@ def position_rules(spec: _Transformer) -> Any:
             )
     yield from rope_rules(spec)
     yield from alibi_rules(spec)
+    yield from relative_rules(spec)
     is_vit = isinstance(spec, ViTSpec)
     if p.type in ("learned_2d", "sinusoidal_2d") and not is_vit:
         yield Violation(
@@ -248,6 +249,44 @@ def alibi_rules(spec: _Transformer) -> Any:
             "remove softcap, or use rotary positions",
             also=(("position", "type"),),
         )
+
+
+def relative_rules(spec: _Transformer) -> Any:
+    p = spec.position
+    if p.type != "relative":
+        for key, value, default in (("buckets", p.buckets, 32), ("max_distance", p.max_distance, 128),
+                                    ("per_layer", p.per_layer, False)):  # fmt: skip
+            if value != default:
+                yield Violation(
+                    ("position", key),
+                    f"position.{key} is only used by relative positions (type is {p.type})",
+                    f"set type: relative or remove {key}",
+                )
+        return
+    if not isinstance(spec, EncoderDecoderSpec):
+        yield Violation(
+            ("position", "type"),
+            f"relative positions are supported in encoder_decoder models, not in kind {kind_name(spec)}",
+            "use learned, sinusoidal, rotary or none",
+        )
+    if p.max_distance <= p.buckets // 2:  # the logarithmic buckets need distances past the exact ones
+        yield Violation(
+            ("position", "max_distance"),
+            f"max_distance {p.max_distance} must exceed half the buckets ({p.buckets // 2})",
+            f"use max_distance > {p.buckets // 2}",
+            also=(("position", "buckets"),),
+        )
+    for key in ("softcap", "latent"):
+        if getattr(spec.attention, key) is not None:
+            yield Violation(
+                ("attention", key),
+                f"attention.{key} is not supported with relative positions",
+                f"remove {key}",
+                also=(("position", "type"),),
+            )
+    if spec.attention.sinks:
+        yield Violation(("attention", "sinks"), "attention sinks are not supported with relative positions",
+                        "remove sinks", also=(("position", "type"),))  # fmt: skip
 
 
 # Scaling fields each RoPE scaling type reads (as transformers' ROPE_INIT_FUNCTIONS do): required, optional.

@@ -44,10 +44,13 @@ class RopeScaling(_Strict):
 
 
 class Position(_Strict):
-    type: Literal["learned", "sinusoidal", "rotary", "alibi", "none", "learned_2d", "sinusoidal_2d"] = Field(
-        "learned",
-        description="alibi: no position vectors; each head adds slope · (k - q) to its scores (Press 2022; BLOOM, "
-        "MPT, Falcon-RW)",
+    type: Literal["learned", "sinusoidal", "rotary", "alibi", "relative", "none", "learned_2d", "sinusoidal_2d"] = (
+        Field(
+            "learned",
+            description="alibi: no position vectors; each head adds slope · (k - q) to its scores (Press 2022; "
+            "BLOOM, MPT, Falcon-RW). relative: each head adds a learned bias of the bucketed distance k - q "
+            "(T5, Raffel 2020): bidirectional in the encoder, causal in the decoder",
+        )
     )
     theta: float = Field(10000.0, gt=0, description="rotary base")
     fraction: float = Field(1.0, gt=0, le=1.0, description="rotary: fraction of head_dim rotated")
@@ -70,6 +73,21 @@ class Position(_Strict):
         "fp32",
         description="alibi: bf16 rounds the slopes and slope · position (each key's own position) to bfloat16 "
         "before the scores add them, as Falcon-RW's code does; fp32: exact",
+    )
+    buckets: SInt = Field(
+        32, ge=4, le=4096, description="relative: distance buckets (T5's relative_attention_num_buckets)"
+    )
+    max_distance: SInt = Field(
+        128,
+        ge=1,
+        le=MAX_CONTEXT,
+        description="relative: distances from max_distance on share the last bucket; below it half the buckets "
+        "are exact, the rest logarithmic (T5's relative_attention_max_distance)",
+    )
+    per_layer: SBool = Field(
+        False,
+        description="relative: a bias table in every self-attention layer (UMT5); default one table per stack, "
+        "held by its first layer and read by all (T5, mT5)",
     )
     offset: SInt = Field(
         0,

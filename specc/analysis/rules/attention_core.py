@@ -64,7 +64,7 @@ def attention_flops(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> 
         pairs = nq * ((ctx.kv_len - 1) % a.chunk + 1)
     full, useful = 2 * b * h * nq * nk * hd, 2 * b * h * pairs * hd
     per_score = C.SOFTMAX + C.SCORE_SCALE + (C.SOFTCAP if a.softcap else 0)
-    per_score += C.ALIBI if a.alibi_max_bias is not None else 0
+    per_score += C.ALIBI if a.alibi_max_bias is not None or a.position_bias else 0  # the bias added per score
     sinks = C.SINK * b * h * nq if a.sinks else 0  # one more softmax column per row
     parts = [
         Flop("qk", matmul=full, matmul_useful=useful),
@@ -93,7 +93,7 @@ def attention_memory(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) ->
     # Soft-capped scores and sinks have no fused kernel (torch runs them on the explicit softmax): always
     # materialised. ALiBi's fused kernel reads its bias as a [B | 1, H, N_q, N_k] mask, itself that large.
     capped = bool(a.softcap) or a.sinks
-    bias = scores * ctx.bytes if a.alibi_max_bias is not None else 0
+    bias = scores * ctx.bytes if a.alibi_max_bias is not None or a.position_bias else 0  # (T5's bias too)
     return Mem(
         saved=saved,
         saved_fused=saved if capped else (q + k_v) * ctx.bytes + stats,

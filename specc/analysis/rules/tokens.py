@@ -8,6 +8,7 @@ from ...ir.ops import (
     LearnedPos2dAttrs,
     LearnedPosAttrs,
     PatchEmbedAttrs,
+    RelativeBiasAttrs,
     TypeEmbeddingAttrs,
 )
 from .. import constants as C
@@ -76,7 +77,17 @@ def cls_token_memory(a: ClsTokenAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> 
     return Mem(io=io_bytes(ins, out, ctx), weights_read=a.dim)
 
 
+def relative_bias_flops(a: RelativeBiasAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    return [Flop("pos", other=0)]  # integer bucketing and a gather; the attention core adds the bias
+
+
+def relative_bias_memory(a: RelativeBiasAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    nk = ctx.kv_len if ctx.kv_len is not None else ins[0][1]
+    return Mem(io=a.heads * ins[0][1] * nk * ctx.bytes, weights_read=a.buckets * a.heads)
+
+
 RULES = {
+    "relative_bias": (relative_bias_flops, relative_bias_memory),
     "embedding": (embedding_flops, embedding_memory),
     "type_embedding": (type_embedding_flops, type_embedding_memory),
     "learned_pos": (position_add_flops, learned_pos_memory),

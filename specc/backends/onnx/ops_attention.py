@@ -26,6 +26,7 @@ from .contrib import check_contrib, uses_gqa
 from .fuse import bias_add
 from .masks import additive, alibi_bias, combined_keep, sink_mask
 from .op_registry import emits
+from .ops_relative import biased_mask
 from .positions import position_ids, span
 from .tables import angles, rope_inv_freq, to_model_dtype
 
@@ -36,7 +37,8 @@ def make_attention(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     cached = b.cache is not None and op.name in b.cache.index
     if b.opts.attention == "contrib":
         return _contrib(b, op, xs, pad, cached)
-    return _standard(b, op, *_split(b, op, xs[0], xs[1] if op.attrs.cross else ""), pad, cached)
+    bias = xs[1] if op.attrs.position_bias else ""  # T5's relative position bias [1, H, N_q, N_k]
+    return _standard(b, op, *_split(b, op, xs[0], xs[1] if op.attrs.cross else ""), pad, cached, bias)
 
 
 def _split(b: GraphBuilder, op: Op, packed: str, kv_packed: str = "") -> tuple[str, str, str]:
@@ -54,12 +56,15 @@ def _split(b: GraphBuilder, op: Op, packed: str, kv_packed: str = "") -> tuple[s
     return q, k, v
 
 
-def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: bool) -> str:
+def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: bool, bias: str = "") -> str:
     a = op.attrs
     if a.sinks:
         return _standard_sinks(b, op, q, k, v, pad, cached)
-    alibi = a.alibi_max_bias is not None
-    keep = alibi_bias(b, op, q, pad) if alibi else combined_keep(b, op, q, pad)  # ALiBi: an additive mask
+    alibi = a.alibi_max_bias is not None or a.position_bias  # the mask input carries the bias and every mask
+    if a.position_bias:  # T5: the relative_bias op's output
+        keep = biased_mask(b, op, q, bias, pad)
+    else:
+        keep = alibi_bias(b, op, q, pad) if alibi else combined_keep(b, op, q, pad)  # ALiBi: an additive mask
     ins = [q, k, v, keep or ""]
     outs: list[str] = [b.fresh(f"{op.name}/Attention")]
     if cached:
@@ -125,7 +130,9 @@ def _contrib(b: GraphBuilder, op: Op, xs: list[str], pad: str, cached: bool) -> 
     gqa = uses_gqa(op, b.opts.dtype)
     # MultiHeadAttention adds the projection bias: fold it before the mask's Shape node reads the projection
     packed, kv_packed, proj_bias = (xs[0], "", "") if gqa else _fold_projection_bias(b, op, xs)
-    if op.attrs.alibi_max_bias is not None:  # the bias, causal and padding masks in one additive input
+    if op.attrs.position_bias:
+        mask_bias = biased_mask(b, op, packed, xs[1], pad)
+    elif op.attrs.alibi_max_bias is not None:  # the bias, causal and padding masks in one additive input
         mask_bias = alibi_bias(b, op, packed, pad)
     else:
         keep = combined_keep(b, op, packed, pad)

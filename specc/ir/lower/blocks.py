@@ -8,7 +8,7 @@ from typing import Any
 
 from ...spec import kinds, resolve
 from ...spec.schema import MoEMLP, SwiGLUMLP
-from .context import Context, linear, norm
+from .context import Context, linear, norm, relative_bias
 
 
 def _attention(c: Context, p: str, x: str, layer: int, mask: str, memory: str | None = None) -> str:
@@ -24,6 +24,9 @@ def _attention(c: Context, p: str, x: str, layer: int, mask: str, memory: str | 
         packed = linear(c, f"{p}.qkv", x, c.d, (h + 2 * kv) * hd, "qkv_proj", layer, s.bias.qkv)
         packed = _qk_norm(c, f"{p}.q_norm", packed, 0, h * hd, layer)
         core_in = [_qk_norm(c, f"{p}.k_norm", packed, h * hd, kv * hd, layer)]
+        if s.position.type == "relative":  # T5: the stack's bias, or (per_layer, UMT5) this layer's own
+            own = s.position.per_layer or c.bias is None
+            core_in.append(relative_bias(c, f"{p}.rel_bias", mask != "causal", layer) if own else c.bias)
     else:
         q = linear(c, f"{p}.q", x, c.d, h * hd, "cross_qkv_proj", layer, s.bias.qkv)
         kvp = linear(c, f"{p}.kv", memory, c.d, 2 * kv * hd, "cross_qkv_proj", layer, s.bias.qkv)
@@ -55,6 +58,7 @@ def _attention(c: Context, p: str, x: str, layer: int, mask: str, memory: str | 
         padding=c.pad is not None,
         **_alibi(s, memory is None),
         sinks=bool(s.attention.sinks) and memory is None,
+        position_bias=s.position.type == "relative" and memory is None,
     )
     sc = s.position.scaling if rope else None
     if sc is not None and sc.rebuild_cache:  # generation recomputes the cache once past the original context
@@ -263,7 +267,7 @@ def block(
         return _residual(c, f"{p}.add_mlp", _residual(c, f"{p}.add_attn", x, attn, layer), mlp, layer)
     x = sub("attn", "norm1", x, lambda h: _attention(c, f"{p}.attn", h, layer, mask))
     if memory is not None:
-        cross = Context(c.g, c.spec, c.stack, mem_pad)
+        cross = Context(c.g, c.spec, c.stack, mem_pad)  # no position bias: T5's cross-attention has none
         x = sub("cross", "norm_cross", x, lambda h: _attention(cross, f"{p}.cross_attn", h, layer, "none", memory))
     return sub("mlp", "norm2", x, lambda h: _mlp(c, f"{p}.mlp", h, layer))
 
@@ -274,7 +278,7 @@ def stack(
     """``blocks`` blocks named ``{prefix}blocks.{i}`` (each of its layer kind, when the spec mixes kinds), then
     the final norm."""
     kinds_of = kinds.pattern(c.spec)
-    per_kind = {k: Context(c.g, kinds.effective(c.spec, k), c.stack, c.pad) for k in set(kinds_of or ())}
+    per_kind = {k: Context(c.g, kinds.effective(c.spec, k), c.stack, c.pad, c.ids, c.bias) for k in set(kinds_of or ())}
     for i in range(blocks):
         ck = per_kind[kinds_of[i]] if kinds_of else c
         x = block(ck, f"{prefix}blocks.{i}", x, i, resolve.mask(ck.spec) if kinds_of else mask, memory, mem_pad)

@@ -20,6 +20,8 @@ class Context:
     spec: _Transformer
     stack: str | None
     pad: str | None  # graph input holding the key padding mask, if any
+    ids: str | None = None  # the stack's token ids (what a relative position bias reads its lengths off)
+    bias: str | None = None  # the stack's shared relative position bias [1, H, N_q, N_k] (T5), if any
 
     @property
     def d(self) -> int:
@@ -75,6 +77,24 @@ def norm(c: Context, name: str, x: str, layer: int | None) -> str:
     else:
         attrs["unit_offset"] = n.unit_offset
     return c.g.add(n.type, name, [x], "norm", layer=layer, stack=c.stack, **attrs)
+
+
+def relative_bias(c: Context, name: str, bidirectional: bool, layer: int | None = None) -> str:
+    """T5's bucketed relative position bias of one stack (or, per_layer, one self-attention layer)."""
+    p = c.spec.position
+    assert c.ids is not None
+    return c.g.add(
+        "relative_bias",
+        name,
+        [c.ids],
+        "pos",
+        layer=layer,
+        stack=c.stack,
+        heads=c.spec.attention.heads,
+        buckets=p.buckets,
+        max_distance=p.max_distance,
+        bidirectional=bidirectional,
+    )
 
 
 def embed_tail(c: Context, x: str, prefix: str, positions: int | None) -> str:

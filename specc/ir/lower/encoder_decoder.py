@@ -7,7 +7,7 @@ from ...spec import resolve
 from ...spec.schema import EncoderDecoderSpec
 from ..graph import LayerGraph
 from .blocks import stack
-from .context import Context, embed_tail, graph_meta, head, text_facts
+from .context import Context, embed_tail, graph_meta, head, relative_bias, text_facts
 
 
 def lower_encoder_decoder(s: EncoderDecoderSpec) -> LayerGraph:
@@ -18,14 +18,19 @@ def lower_encoder_decoder(s: EncoderDecoderSpec) -> LayerGraph:
     pad = g.add_input("attention_mask", ("B", "N"), "int64", optional=True)
     dec_ids = g.add_input("decoder_input_ids", ("B", "N_dec"), "int64")
     scale = resolve.embedding_scale(s)
-    enc = Context(g, s, "encoder", pad)
+    enc = Context(g, s, "encoder", pad, ids=ids)
+    shared_bias = s.position.type == "relative" and not s.position.per_layer  # T5: one table per stack
+    if shared_bias:
+        enc.bias = relative_bias(enc, "encoder.rel_bias", bidirectional=True)
     x = g.add(
         "embedding", "encoder.embed", [ids], "embed", stack="encoder", vocab=s.vocab_size, dim=s.d_model, scale=scale
     )
     x = embed_tail(enc, x, "encoder.", s.context)
     memory = stack(enc, "encoder.", x, s.blocks.encoder, resolve.mask(s))
 
-    dec = Context(g, s, "decoder", None)
+    dec = Context(g, s, "decoder", None, ids=dec_ids)
+    if shared_bias:
+        dec.bias = relative_bias(dec, "decoder.rel_bias", bidirectional=False)
     shared = "encoder.embed.weight" if s.shared_embeddings else None
     y = g.add(
         "embedding",

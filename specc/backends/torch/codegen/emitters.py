@@ -130,6 +130,13 @@ _emits(
     state=lambda op: True,
 )
 _emits(
+    "relative_bias",
+    call=_with_state,
+    ctor=lambda op, a: f"RelativeBias({a('heads')}, {a('buckets')}, {a('max_distance')}, {a('bidirectional')})",
+    structural=("bidirectional",),
+    state=lambda op: True,
+)
+_emits(
     "learned_pos_2d",
     call=_module_call,
     ctor=lambda op, a: f"LearnedPositions2d({a('grid')}, {a('dim')}{_kwargs(a, op, ('cls',))})",
@@ -221,6 +228,8 @@ def _attention_ctor(op: Op, a: Attr) -> str:
         return f"CrossAttention({head}{_kwargs(a, op, ('scale', 'dropout'), scale=scale)})"
     kwargs = _kwargs(a, op, SELF_ATTENTION_KWARGS, scale=scale)
     rope = _rotary(op, a)
+    if op.attrs.position_bias:  # T5: the given relative position bias is the mask
+        return f"BiasedAttention({head}{kwargs}{rope})"
     if op.attrs.sinks:  # a logit per head in the denominator: the explicit-softmax layer with its parameter
         softcap = f", softcap={a('softcap')}" if op.attrs.softcap else ""
         return f"SinkAttention({head}{kwargs}{rope}{softcap})"
@@ -239,6 +248,8 @@ def _attention_call(op: Op, c: Call) -> str:
         return _module_call(op, c)
     if op.attrs.padding:
         return _with_state(op, c)
+    if op.attrs.position_bias:
+        return f"{c.module}({c.args[0]}, {c.args[1]}, state={c.state})"
     return f"{c.module}({c.args[0]}, state={c.state})"
 
 
@@ -246,7 +257,7 @@ _emits(
     "attention",
     call=_attention_call,
     ctor=_attention_ctor,
-    structural=("cross", "padding", "mask", "sinks"),  # differing masks (layer kinds): their own classes
+    structural=("cross", "padding", "mask", "sinks", "position_bias"),  # differing masks (layer kinds): own classes
     variant=lambda op: (
         bool(op.attrs.rope_dims),
         bool(op.attrs.rope_scaling),

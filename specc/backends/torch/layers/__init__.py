@@ -35,16 +35,31 @@ from .generation import GenerationError, pick_tokens
 from .model import Model
 from .moe import MoE
 from .norms import OffsetRMSNorm, SliceRMSNorm
+from .relative import BiasedAttention, RelativeBias, relative_buckets
 from .rnn import RNNDecoder, rnn_states
 from .rope import Rotary, ScaledRotary
 from .state import KVCache, State, last_positions, reuse
 
 # Files in dependency order: model.py inlines the definitions it uses in this order (never ``extras``).
-FILES = ("state", "rope", "attention", "embed", "norms", "activations", "moe", "rnn", "generation", "model", "hf")
+FILES = (
+    "state",
+    "rope",
+    "attention",
+    "relative",
+    "embed",
+    "norms",
+    "activations",
+    "moe",
+    "rnn",
+    "generation",
+    "model",
+    "hf",
+)
 
 __all__ = [
     "AlibiAttention",
     "AttentionCore",
+    "BiasedAttention",
     "ClsToken",
     "CrossAttention",
     "GenerationError",
@@ -61,6 +76,7 @@ __all__ = [
     "QuickGELU",
     "RMSNorm",
     "RNNDecoder",
+    "RelativeBias",
     "Rotary",
     "ScaledRotary",
     "SelfAttention",
@@ -78,6 +94,7 @@ __all__ = [
     "math_attention",
     "overrides",
     "pick_tokens",
+    "relative_buckets",
     "reuse",
     "rnn_states",
     "scaled",
