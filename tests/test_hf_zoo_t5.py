@@ -164,3 +164,18 @@ def test_relative_position_rules_are_located(preset: str, overrides: list[str], 
     with pytest.raises(specc.SpecError) as e:
         specc.load_spec(preset, overrides)
     assert str(e.value).startswith(f"--set {key}: error:") and words in str(e.value)  # located at the key
+
+
+@pytest.mark.parametrize("case_id", ["t5-relu", "umt5-perlayer"])
+def test_onnx_contrib_attention_matches_hf(family, case_id: str, tmp_path: Path) -> None:
+    """--attention contrib: the bias (with every mask) as MultiHeadAttention's additive attention_bias."""
+    s = family(case_id)
+    path = specc.export_onnx(s.spec, tmp_path / "model.onnx", weights=s.weights, attention="contrib")
+    fused = [n for n in onnx.load(str(path)).graph.node if n.op_type.endswith("Attention")]
+    assert len(fused) == s.spec.blocks.encoder + 2 * s.spec.blocks.decoder
+    assert all(n.domain == "com.microsoft" for n in fused)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    x = _inputs()
+    _close(s, x, sess.run(["logits"], {k: v.numpy() for k, v in x.items()})[0])
