@@ -54,6 +54,7 @@ def model_facts(graph: LayerGraph) -> Facts:
         **{f"self.{k}": _values([getattr(a, k) for a in own] + [None] * (len(own) < len(attention))) for k in SPANS},
         "self.interleaved": sorted({a.rope_interleaved for a in rotary}),
         "self.STEP_INPUT": [STEP_INPUTS.get(graph.meta["task"])],
+        "self.TIED": [{op.name: op.attrs.tied_to for op in ops if getattr(op.attrs, "tied_to", None)}],
         "self.positions_from": [None] if "positions_follow" not in meta else [None, SOMETHING],
     }
     for key in ("max_positions", "prefix", "rebuild_cache_after"):  # the META facts generation tests for

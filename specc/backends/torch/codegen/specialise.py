@@ -411,10 +411,15 @@ class _Pruner(_Text):
         return None
 
     def _same_init(self, cls: ast.ClassDef, init: ast.FunctionDef) -> bool:
-        """Whether ``cls``'s one base in this source has an ``__init__`` of the same signature (defaults too)."""
+        """Whether ``cls``'s one base has the method ``init`` overrides with the same signature (defaults too):
+        a base in this source, or nn.Module itself."""
         defs = {c.name: c for c in self.tree.body if isinstance(c, ast.ClassDef)}
         base = defs.get(ast.unparse(cls.bases[0])) if len(cls.bases) == 1 else None
-        theirs = [f for f in (base.body if base else []) if isinstance(f, ast.FunctionDef) and f.name == "__init__"]
+        if base is None and len(cls.bases) == 1 and ast.unparse(cls.bases[0]) == "nn.Module":
+            if init.name == "__init__":  # nn.Module() takes no arguments
+                return len(init.args.args) == 1 and not init.args.vararg and not init.args.kwarg
+            return _module_signature(init.name) == [(a.arg, ast.unparse(d)) for a, d in _defaults(init.args)]
+        theirs = [f for f in (base.body if base else []) if isinstance(f, ast.FunctionDef) and f.name == init.name]
         return bool(theirs) and ast.unparse(theirs[0].args) == ast.unparse(init.args)
 
     def _unread_attribute(self, t: ast.expr) -> bool:
@@ -568,18 +573,42 @@ def _may_call(
 
 
 def _only_super_init(fn: ast.FunctionDef) -> bool:
-    """``def __init__(self, a, b=1): super().__init__(a, b)``: the base's constructor as it is."""
-    if fn.name != "__init__" or len(fn.body) != 1 or not isinstance(fn.body[0], ast.Expr):
+    """``def f(self, a, b=1): super().f(a, b)`` (then ``return self`` or nothing): the base's method as it is."""
+    body = fn.body
+    if body and isinstance(body[-1], ast.Return) and ast.unparse(body[-1]) == "return self":
+        body = body[:-1]
+    if len(body) != 1 or not isinstance(body[0], ast.Expr):
         return False
-    call = fn.body[0].value
+    call = body[0].value
     params = [a.arg for a in fn.args.args[1:]]
     return (
         isinstance(call, ast.Call)
-        and ast.unparse(call.func) == "super().__init__"
+        and ast.unparse(call.func) == f"super().{fn.name}"
         and not fn.args.kwonlyargs
         and not call.keywords
         and [ast.unparse(a) for a in call.args] == params
+        and (len(body) == len(fn.body)) == (fn.name == "__init__")  # __init__ returns None, the others self
     )
+
+
+def _defaults(args: ast.arguments) -> list[tuple[ast.arg, Any]]:
+    """(parameter, default or None) after ``self``."""
+    given = [None] * (len(args.args) - len(args.defaults)) + list(args.defaults)
+    return [(a, d if d is not None else ast.Constant("<none>")) for a, d in zip(args.args, given, strict=True)][1:]
+
+
+def _module_signature(name: str) -> list[tuple[str, str]] | None:
+    import inspect
+
+    fn = getattr(nn.Module, name, None)
+    if fn is None:
+        return None
+    out = []
+    for p in list(inspect.signature(fn).parameters.values())[1:]:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            return None
+        out.append((p.name, "'<none>'" if p.default is p.empty else repr(p.default)))
+    return out
 
 
 def _plain(value: ast.expr) -> bool:

@@ -46,9 +46,10 @@ class Model(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.register_state_dict_post_hook(_tied_names)
-        self.register_load_state_dict_pre_hook(_tied_names)
-        self.register_load_state_dict_post_hook(Model.tie_weights)
+        if self.TIED:  # a tied tensor is saved once and loads under either name
+            self.register_state_dict_post_hook(_tied_names)
+            self.register_load_state_dict_pre_hook(_tied_names)
+            self.register_load_state_dict_post_hook(Model.tie_weights)
 
     def tie_weights(self, *_: Any) -> None:
         """Make each TIED parameter its owner's Parameter object (also after load_state_dict, whose ``assign``
@@ -64,7 +65,8 @@ class Model(nn.Module):
 
     def _apply(self, fn: Any, recurse: bool = True) -> nn.Module:
         super()._apply(fn, recurse)
-        self.tie_weights()
+        if self.TIED:
+            self.tie_weights()
         return self
 
     def init_weights(self, place: Any = None) -> nn.Module:
