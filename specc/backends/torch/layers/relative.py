@@ -24,9 +24,7 @@ def relative_buckets(distance: Tensor, bidirectional: bool, buckets: int, max_di
     else:
         distance = -torch.clamp(distance, max=0)
     exact = buckets // 2
-    large = exact + (
-        torch.log(distance.float() / exact) / math.log(max_distance / exact) * (buckets - exact)
-    ).long()  # fmt: skip
+    large = exact + (torch.log(distance.float() / exact) / math.log(max_distance / exact) * (buckets - exact)).long()
     large = torch.clamp(large, max=buckets - 1)
     return out + torch.where(distance < exact, distance, large)
 
