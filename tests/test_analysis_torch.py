@@ -40,6 +40,9 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "bert_mlm": ("bert-base", [*SMALL, "mlp.hidden=64"]),
     "bert_pooled": ("bert-base", [*SMALL, "mlp.hidden=64", "head=pooled"]),
     "transformer_enc_dec": ("transformer-base", [*SMALL, "mlp.hidden=64"]),
+    "t5_relative_bias": ("t5-base", [*SMALL, "attention.head_dim=8", "mlp.hidden=64", "position.buckets=8",
+                         "position.max_distance=6"]),
+    "flan_t5_gated": ("flan-t5-xl", [*SMALL, "attention.head_dim=8", "mlp.hidden=48", "position.per_layer=true"]),
     "vit": ("vit-b16", ["blocks=2", "d_model=32", "attention.heads=4", "mlp.hidden=64", "image.size=32",
                         "image.patch=8", "classes=10"]),
     "gru_bahdanau": ("gru-bahdanau", RNN),
@@ -55,6 +58,8 @@ GENERATIVE = [
     "mixtral_moe",
     "deepseek_v3_mla",
     "transformer_enc_dec",
+    "t5_relative_bias",
+    "flan_t5_gated",
     "gru_bahdanau",
     "lstm_bahdanau",
 ]
