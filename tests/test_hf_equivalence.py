@@ -74,8 +74,9 @@ def _inputs(s: Saved) -> dict[str, torch.Tensor]:
 def _reference(s: Saved, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         out = s.hf(**x)
-    if s.case.arch in ("BertModel", "ViTModel", "CLIPVisionModel", "CLIPTextModel"):
-        return {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output}
+    if s.case.arch in ("BertModel", "ViTModel", "CLIPVisionModel", "CLIPTextModel", "SiglipVisionModel"):
+        pooled = {"pooler_output": out.pooler_output} if out.pooler_output is not None else {}
+        return {"last_hidden_state": out.last_hidden_state, **pooled}
     return {"logits": out.logits}
 
 
@@ -143,6 +144,7 @@ MUTATIONS = [
     ("bert-mlm", "mlp.activation", "gelu_tanh"),  # the exact gelu approximated: 1.9e-7
     ("vit-cls", "attention.scale", "1/head_dim"),  # 2.6e-5
     ("vit-clip", "mlp.activation", "gelu"),  # quick_gelu read as gelu
+    ("vit-siglip", "norm.eps", 1e-2),  # another eps in every norm, the pooling head's too
     ("cliptext-eos", "eos_token", 95),  # pooled at another token
     ("cliptext-legacy", "attention.mask", "none"),  # bidirectional instead of causal
     ("bart-tied", "mlp.activation", "gelu_tanh"),  # 1.5e-7

@@ -1,7 +1,8 @@
-"""Encoder towers imported from config.json (CLIP vision and text): the analyzer's matmul FLOPs equal FlopCounterMode on
-the generated module, and the features that make them towers are in the graph (no final norm over the tokens, a
-bias-free patch conv, the class token's own norm). The torch / ONNX / parameter checks against HF are the zoo's
-(test_hf_equivalence.py, cases vit-clip, cliptext-*)."""
+"""Encoder towers imported from config.json (CLIP vision and text, SigLIP vision): the analyzer's matmul FLOPs
+equal FlopCounterMode on the generated module, and the features that make them towers are in the graph (no final
+norm over CLIP's tokens, a bias-free patch conv, the class token's own norm, SigLIP's probe and its one more
+fused attention node). The torch / ONNX / parameter checks against HF are the zoo's (test_hf_equivalence.py,
+cases vit-clip, vit-siglip*, cliptext-*)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,20 @@ def test_clip_vision_flops_equal_flop_counter(tmp_path: Path) -> None:
     _flops(spec, {"pixel_values": torch.randn(2, 3, size, size)}, 2, 1)
 
 
+def test_siglip_vision_flops_equal_flop_counter(tmp_path: Path) -> None:
+    case = BY_ID["vit-siglip"]
+    spec = _spec(case, tmp_path)
+    size = case.config["image_size"]
+    _flops(spec, {"pixel_values": torch.randn(2, 3, size, size)}, 2, 1)
+
+
+def test_siglip_has_no_class_token_and_an_attention_pooling_head(tmp_path: Path) -> None:
+    g = specc.lower(_spec(BY_ID["vit-siglip"], tmp_path))
+    assert "cls_token.token" not in g.params() and "norm_f.weight" in g.params()
+    assert g.op("head.probe").kind == "probe" and g.op("head.attn.core").attrs.cross
+    assert g.shape_of("head.probe") == ("B", 1, 32)
+
+
 def test_clip_text_flops_equal_flop_counter(tmp_path: Path) -> None:
     spec = _spec(BY_ID["cliptext-eos"], tmp_path)
     ids = torch.randint(3, 90, (2, 11), generator=torch.Generator().manual_seed(0))
@@ -71,3 +86,15 @@ def test_quick_gelu_is_transformers_quick_gelu() -> None:
 
     x = torch.linspace(-4, 4, 33)
     torch.testing.assert_close(QuickGELU()(x), ACT2FN["quick_gelu"](x))
+
+
+def test_siglip_onnx_has_one_fused_attention_node_per_attention_layer(tmp_path: Path) -> None:
+    import onnx
+
+    spec = _spec(BY_ID["vit-siglip"], tmp_path)
+    path = specc.export_onnx(spec, tmp_path / "model.onnx")
+    graph = onnx.load(str(path)).graph
+    fused = [n for n in graph.node if n.op_type in ("Attention", "MultiHeadAttention", "GroupQueryAttention")]
+    assert len(fused) == spec.blocks + 1  # the blocks' and the pooling head's cross-attention
+    assert [i.name for i in graph.input] == ["pixel_values"]
+    assert [o.name for o in graph.output] == ["last_hidden_state", "pooler_output"]

@@ -181,6 +181,31 @@ CASES = [
             layer_norm_eps=1e-5,
         ),
     ),
+    Case(  # SigLIP's vision tower: patch tokens only, post_layernorm, the attention-pooling head
+        "vit-siglip",
+        "SiglipVisionModel",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=16,
+            patch_size=4,
+        ),
+    ),
+    Case(
+        "vit-siglip-nohead",
+        "SiglipVisionModel",
+        dict(
+            hidden_size=24,
+            intermediate_size=40,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=12,
+            patch_size=4,
+            vision_use_head=False,
+        ),
+    ),
     Case(
         "cliptext-eos",
         "CLIPTextModel",

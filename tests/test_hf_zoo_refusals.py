@@ -84,7 +84,7 @@ ZOO: dict[str, tuple[str, dict[str, Any], str, str]] = {
     "CLIPTextModelWithProjection": ("CLIPTextConfig", dict(_TOWER, vocab_size=96), "text projection", "projection_dim"),
     "CLIPVisionModel": ("CLIPVisionConfig", _IMAGE, "", ""),
     "CLIPVisionModelWithProjection": ("CLIPVisionConfig", _IMAGE, "image projection", "projection_dim"),
-    "SiglipVisionModel": ("SiglipVisionConfig", _IMAGE, "attention-pooling head", "vision_use_head"),
+    "SiglipVisionModel": ("SiglipVisionConfig", _IMAGE, "", ""),
     "WhisperForConditionalGeneration": (
         "WhisperConfig",
         dict(
@@ -110,7 +110,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], str, str]] = {
         "attention sinks are not supported",
         "model_type",
     ),
-    "SiglipVisionModel": ("SiglipVisionConfig", dict(_IMAGE, vision_use_head=False), "class token", "model_type"),
+    "SiglipVisionModel": ("SiglipVisionConfig", dict(_IMAGE, vision_use_head=False), "", ""),
     "Llama4ForCausalLM": (
         "Llama4TextConfig",
         dict(_DEC, num_key_value_heads=2, num_local_experts=2, head_dim=16, attn_temperature_tuning=False),

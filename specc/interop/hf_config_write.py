@@ -547,6 +547,20 @@ def clip_vision(s: Any) -> dict[str, Any]:
     return {"image_size": s.image.size, "patch_size": s.image.patch, "num_channels": s.image.channels, **_clip_tower(s)}
 
 
+def siglip_vision(s: Any) -> dict[str, Any]:
+    need(s.pooling == "none", ("pooling",), "a class token or mean pooling")
+    need(s.image.patch_bias and not s.norm.embedding, ("norm", "embedding"), "a norm before the blocks")
+    need(resolve.final_norm(s), ("norm", "final"), "no final norm (post_layernorm)")
+    need(resolve.mask(s) == "none", ("attention", "mask"), "a masked vision tower")
+    return {
+        "image_size": s.image.size,
+        "patch_size": s.image.patch,
+        "num_channels": s.image.channels,
+        "vision_use_head": s.head == "attention_pool",
+        **_clip_tower(s),
+    }
+
+
 def clip_text(s: Any) -> dict[str, Any]:
     need(resolve.mask(s) == "causal", ("attention", "mask"), "a text tower that is not causal")
     need(not s.norm.embedding and resolve.final_norm(s), ("norm",), "norms other than final_layer_norm")
@@ -818,6 +832,7 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "ViTModel": ("vit", vit),
     "CLIPVisionModel": ("clip_vision_model", clip_vision),
     "CLIPTextModel": ("clip_text_model", clip_text),
+    "SiglipVisionModel": ("siglip_vision_model", siglip_vision),
     "BartForConditionalGeneration": ("bart", lambda s: bart(s, "BartForConditionalGeneration")),
     "MarianMTModel": ("marian", lambda s: bart(s, "MarianMTModel")),
     "DeepseekV2ForCausalLM": ("deepseek_v2", lambda s: deepseek(s, "DeepseekV2ForCausalLM")),
@@ -867,7 +882,7 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "DistilBertModel",
         "CLIPTextModel",
     ),
-    "vit": ("ViTForImageClassification", "ViTModel", "CLIPVisionModel"),
+    "vit": ("ViTForImageClassification", "ViTModel", "CLIPVisionModel", "SiglipVisionModel"),
     "encoder_decoder": ("BartForConditionalGeneration", "MarianMTModel"),
 }
 
@@ -880,8 +895,9 @@ def config(s: Any, arch: str) -> dict[str, Any]:
         head = "eos" if arch == "CLIPTextModel" else head
         need(s.head == head, ("head",), f"a {s.head} head ({arch} has {head})")
     if s.kind == "vit":
-        head = {"ViTForImageClassification": "classifier", "ViTModel": "pooled", "CLIPVisionModel": "pooled_norm"}[arch]
-        need(s.head == head, ("head",), f"a {s.head} head ({arch} has {head})")
+        heads = {"ViTForImageClassification": "classifier", "ViTModel": "pooled", "CLIPVisionModel": "pooled_norm"}
+        head = heads.get(arch, "attention_pool or none")  # SiglipVisionModel: vision_use_head
+        need(s.head in head.split(" or "), ("head",), f"a {s.head} head ({arch} has {head})")
     body = write(s)
     dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[s.dtype]
     return {"architectures": [arch], "model_type": model_type, **body, "dtype": dtype}

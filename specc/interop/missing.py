@@ -4,7 +4,7 @@ are not supported"), never only the class. A class leaves this table when its fa
 
 Each row names a feature, the classes that have it, and the config fields that state it (dotted for nested
 objects: ``attn_config.alibi``). Of the rows a config triggers, the one whose field comes first in the file wins.
-A feature a class always has, with no field of its own (SigLIP's patch tokens without a class token), is blamed on
+A feature a class always has, with no field of its own (Whisper's audio front-end, without num_mel_bins), is blamed on
 ``model_type``, after every feature a field states (the first such row in the table).
 """
 
@@ -75,17 +75,6 @@ ROWS: tuple[Missing, ...] = (
         "the image projection of a CLIP vision tower (visual_projection, projection_dim) is not supported",
         _CLIP_VISION,
         ("projection_dim", "model_type"),
-    ),
-    Missing(
-        "the attention-pooling head (vision_use_head) is not supported",
-        ("SiglipVisionModel",),
-        ("vision_use_head",),
-        lambda d: d.get("vision_use_head", True) is not False,
-    ),
-    Missing(
-        "patch tokens without a class token (SigLIP vision) are not supported",
-        ("SiglipVisionModel",),
-        ("model_type",),
     ),
     Missing(
         "the audio front-end (input_features through two Conv1d, num_mel_bins) is not supported",

@@ -11,6 +11,7 @@ The operations (``op`` or ``(op, *args)``):
 - ``cat``: concatenated along the output axis, split by heads: q, k, v (or k, v) of the attention's sizes;
 - ``stack``: per-expert tensors stacked into ``[E, out, in]``;
 - ``("half", axis, i)``: half ``i`` of a fused tensor twice as long on ``axis`` (``gate_up_proj``);
+  ``("parts", axis, sizes, i)``: part ``i`` of a tensor packed from parts of relative ``sizes`` on ``axis``;
 - ``squeeze``: stored with a leading unit axis; ``unsqueeze``: stored without the leading unit axes;
   ``("rows", n)``: the first n rows are never read;
 - ``("regroup", layout)``: fused q/k/v rows stored per head or per KV group (``hf_fused_qkv``);
@@ -109,6 +110,11 @@ def _rule(g: LayerGraph, target: str, shape: ShapeT, alt: Alternative, fields: M
         axis, i = args
         full = tuple(n * 2 if a == axis else n for a, n in enumerate(shape))
         return part(src[0], shape, full, axis, shape[axis] * i)
+    if name == "parts":  # part i of a tensor packed from parts of relative sizes along axis (in_proj: q | k v)
+        axis, sizes, i = args
+        unit = shape[axis] // sizes[i]
+        full = tuple(unit * sum(sizes) if a == axis else n for a, n in enumerate(shape))
+        return part(src[0], shape, full, axis, unit * sum(sizes[:i]))
     if name == "squeeze":
         return squeezed(src[0], shape)
     if name == "unsqueeze":  # stored without the leading unit axes (CLIP's class embedding [D])

@@ -28,6 +28,7 @@ from . import (
     hf_phi3,
     hf_qwen,
     hf_roberta,
+    hf_siglip,
     hf_smollm3,
     hf_starcoder2,
     hf_t5,
@@ -64,6 +65,7 @@ FAMILIES: tuple[Family, ...] = (
     hf_vit.FAMILY,
     hf_clip.VISION_FAMILY,
     hf_clip.TEXT_FAMILY,
+    hf_siglip.FAMILY,
     hf_bart.FAMILY,
     hf_t5.FAMILY,
 )
@@ -107,6 +109,7 @@ DEFAULT_ARCHITECTURE = {
     "vit": "ViTForImageClassification",
     "clip_vision_model": "CLIPVisionModel",
     "clip_text_model": "CLIPTextModel",
+    "siglip_vision_model": "SiglipVisionModel",
     "bart": "BartForConditionalGeneration",
     "marian": "MarianMTModel",
     "t5": "T5ForConditionalGeneration",

@@ -221,6 +221,20 @@ _op(
     lambda a, s: {"token": ParamSpec((1, 1, a.dim))},
 )
 
+
+@attrs_dataclass
+class ProbeAttrs(OpAttrs):
+    dim: int
+
+
+_op(
+    "probe",
+    "a learned query token per example, for attention pooling: [B,N,D] → [B,1,D] (SigLIP's probe)",
+    ProbeAttrs,
+    lambda a, s: (s[0][0], 1, s[0][2]),
+    lambda a, s: {"token": ParamSpec((1, 1, a.dim))},
+)
+
 # -------------------------------------------------------------------------------------------- per token
 
 

@@ -384,6 +384,13 @@ def vit_rules(spec: ViTSpec) -> Any:
             f"use patch: {best} or an image size that is a multiple of {im.patch}",
             also=(("image", "size"),),
         )
+    if spec.pooling == "none" and spec.head in ("classifier", "pooled", "pooled_norm"):
+        yield Violation(
+            ("pooling",),
+            f"head: {spec.head} pools a token, but pooling is none",
+            "use pooling: cls or mean, or head: attention_pool | none",
+            also=(("head",),),
+        )
     if spec.head == "classifier" and spec.classes is None:
         yield Violation(("classes",), "a ViT classifier needs classes", "add classes: 1000, or set head: pooled | none")
     if spec.head != "classifier" and spec.classes is not None:

@@ -413,12 +413,16 @@ class ViTSpec(_Transformer):
     kind: Literal["vit"]
     blocks: SInt = Field(..., ge=1, le=MAX_BLOCKS)
     image: Image
-    pooling: Literal["mean", "cls"] = "cls"
-    head: Literal["classifier", "pooled", "pooled_norm", "none"] = Field(
+    pooling: Literal["mean", "cls", "none"] = Field(
+        "cls", description="mean: the tokens' mean; cls: a class token, prepended; none: patch tokens only (SigLIP)"
+    )
+    head: Literal["classifier", "pooled", "pooled_norm", "attention_pool", "none"] = Field(
         "classifier",
         description="classifier: logits [B, classes]; pooled: last_hidden_state and a dense+tanh pooler_output "
         "(HF ViTModel); pooled_norm: last_hidden_state and the pooled token through its own norm as "
-        "pooler_output (CLIP vision's post_layernorm); none: last_hidden_state only",
+        "pooler_output (CLIP vision's post_layernorm); attention_pool: last_hidden_state and, as pooler_output, "
+        "a learned probe token's cross-attention over the tokens followed by a norm and a residual MLP of the "
+        "model's own shape (SigLIP's attention-pooling head); none: last_hidden_state only",
     )
     classes: SInt | None = Field(None, ge=1, le=MAX_VOCAB, description="classifier head: number of classes")
 

@@ -8,6 +8,7 @@ from ...ir.ops import (
     LearnedPos2dAttrs,
     LearnedPosAttrs,
     PatchEmbedAttrs,
+    ProbeAttrs,
     RelativeBiasAttrs,
     TypeEmbeddingAttrs,
 )
@@ -86,6 +87,10 @@ def relative_bias_memory(a: RelativeBiasAttrs, ins: list[Dims], out: Dims, ctx: 
     return Mem(io=a.heads * ins[0][1] * nk * ctx.bytes, weights_read=a.buckets * a.heads)
 
 
+def probe_memory(a: ProbeAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    return Mem(io=numel(out) * ctx.bytes, weights_read=a.dim)  # reads only the batch size of its input
+
+
 RULES = {
     "relative_bias": (relative_bias_flops, relative_bias_memory),
     "embedding": (embedding_flops, embedding_memory),
@@ -96,4 +101,5 @@ RULES = {
     "sinusoidal_pos_2d": (position_add_flops, fixed_pos_memory),
     "patch_embed": (patch_embed_flops, patch_embed_memory),
     "cls_token": (cls_token_flops, cls_token_memory),
+    "probe": (cls_token_flops, probe_memory),
 }

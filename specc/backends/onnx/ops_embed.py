@@ -78,6 +78,12 @@ def make_patch_embed(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     return b.op("Transpose", [y], scope=op.name, perm=[0, 2, 1])
 
 
+@emits("probe")
+def make_probe(b: GraphBuilder, op: Op, xs: list[str]) -> str:
+    shape = b.op("Concat", [b.dim(xs[0], 0), b.i64(1, op.attrs.dim)], scope=op.name, axis=0)
+    return b.op("Expand", [b.param(f"{op.name}.token"), shape], scope=op.name)
+
+
 @emits("cls_token")
 def make_cls_token(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     x = xs[0]

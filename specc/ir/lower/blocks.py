@@ -287,3 +287,12 @@ def stack(
     if resolve.final_norm(c.spec):
         x = norm(c, f"{prefix}norm_f", x, None)
     return x
+
+
+def attention_pool(c: Context, p: str, x: str) -> str:
+    """SigLIP's attention-pooling head: a learned probe attends over the tokens (cross-attention of the model's
+    own heads), then h + mlp(norm(h)); the probe's one token is the pooled vector [B, D]."""
+    probe = c.g.add("probe", f"{p}.probe", [x], "head", dim=c.d)
+    h = _attention(Context(c.g, c.spec, c.stack, None), f"{p}.attn", probe, None, "none", x)  # type: ignore[arg-type]
+    h = _residual(c, f"{p}.add_mlp", h, _mlp(c, f"{p}.mlp", norm(c, f"{p}.norm", h, None), None), None)  # type: ignore[arg-type]
+    return c.g.add("pool", f"{p}.select", [h], "head", mode="cls")

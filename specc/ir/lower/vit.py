@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...spec import resolve
 from ...spec.schema import ViTSpec
 from ..graph import LayerGraph
-from .blocks import stack
+from .blocks import attention_pool, stack
 from .context import Context, embed_norm_dropout, graph_meta, head, norm, pooler
 
 
@@ -57,6 +57,8 @@ def lower_vit(s: ViTSpec) -> LayerGraph:
         g.set_output("logits", head(c, x, s.classes, None, name="head", category="head"))
     elif s.head == "pooled":
         g.set_output("pooler_output", pooler(c, x, s.pooling))
+    elif s.head == "attention_pool":  # SigLIP: the probe's cross-attention over the (final-normed) tokens
+        g.set_output("pooler_output", attention_pool(c, "head", x))
     elif s.head == "pooled_norm":  # CLIP vision: the blocks' output unnormed, the pooled token normed
         h = g.add("pool", "pool", [x], "head", mode=s.pooling)
         g.set_output("pooler_output", norm(c, "pool_norm", h, None))

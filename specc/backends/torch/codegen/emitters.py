@@ -155,6 +155,7 @@ _emits(
     ),
 )
 _emits("cls_token", call=_module_call, ctor=lambda op, a: f"ClsToken({a('dim')})")
+_emits("probe", call=_module_call, ctor=lambda op, a: f"Probe({a('dim')})")
 _emits(
     "layernorm",
     call=_module_call,

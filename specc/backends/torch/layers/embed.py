@@ -100,6 +100,17 @@ class ClsToken(nn.Module):
         return torch.cat((self.token.expand(x.shape[0], -1, -1), x), 1)
 
 
+class Probe(nn.Module):
+    """A learned query token per example: [B, N, D] → [B, 1, D] (SigLIP's attention-pooling probe)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.token = nn.Parameter(torch.empty(1, 1, dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.token.repeat(x.shape[0], 1, 1)  # a copy: a view of a parameter under no_grad trips hooks
+
+
 class LearnedPositions2d(nn.Module):
     """x + row[i] + col[j] for patch (i, j); the class token (first, if any) has its own vector."""
 

@@ -1,0 +1,85 @@
+"""SigLIP's vision tower (``SiglipVisionModel``): config → vit spec; patch tokens without a class token, split
+q/k/v, a final LayerNorm over every token (``post_layernorm``) and the attention-pooling head (``head``: a
+probe, ``nn.MultiheadAttention`` with packed ``in_proj``, LayerNorm, MLP) → specc names.
+
+``vision_use_head: false`` becomes ``head: none`` (``last_hidden_state`` only, as transformers then returns no
+pooled output).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..ir.graph import LayerGraph
+from .family import Family
+from .hf_clip import _blocks
+from .hf_config import HFConfig
+from .hf_vit import _square
+from .name_table import Table
+from .name_table import plan as table_plan
+from .weight_map import Plan
+
+
+def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
+    head = "attention_pool" if cfg.flag("vision_use_head", True) else "none"
+    return {
+        "kind": "vit",
+        "image": {
+            "size": _square(cfg, "image_size"),
+            "patch": _square(cfg, "patch_size"),
+            "channels": cfg.positive_int("num_channels", 3),
+        },
+        "pooling": "none",
+        "head": head,
+        "d_model": cfg.positive_int("hidden_size"),
+        "blocks": cfg.positive_int("num_hidden_layers"),
+        "attention": {"heads": cfg.positive_int("num_attention_heads"), "mask": "none"},
+        "norm": {"type": "layernorm", "placement": "pre", "eps": cfg.number("layer_norm_eps", 1e-6)},
+        "mlp": {
+            "type": "classic",
+            "hidden": cfg.positive_int("intermediate_size"),
+            "activation": cfg.activation("hidden_act", "gelu_pytorch_tanh"),
+        },
+        "position": "learned",
+        "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": False},
+        **cfg.training(attention="attention_dropout"),
+    }
+
+
+_H = "{p}head."
+TABLE = Table(
+    "SigLIP vision",
+    {
+        "patch_embed.{k}": "{p}embeddings.patch_embedding.{k}",
+        "pos.weight": "{p}embeddings.position_embedding.weight",
+        "norm_f.{k}": "{p}post_layernorm.{k}",
+        "head.probe.token": f"{_H}probe",
+        # nn.MultiheadAttention packs [q | k | v] in one in_proj: q is its first third, [k | v] the rest
+        "head.attn.q.weight": (("parts", 0, (1, 2), 0), f"{_H}attention.in_proj_weight"),
+        "head.attn.q.bias": (("parts", 0, (1, 2), 0), f"{_H}attention.in_proj_bias"),
+        "head.attn.kv.weight": (("parts", 0, (1, 2), 1), f"{_H}attention.in_proj_weight"),
+        "head.attn.kv.bias": (("parts", 0, (1, 2), 1), f"{_H}attention.in_proj_bias"),
+        "head.attn.out.{k}": f"{_H}attention.out_proj.{{k}}",
+        "head.norm.{k}": f"{_H}layernorm.{{k}}",
+        "head.mlp.fc1.{k}": f"{_H}mlp.fc1.{{k}}",
+        "head.mlp.fc2.{k}": f"{_H}mlp.fc2.{{k}}",
+        **_blocks("{p}"),
+    },
+    prefix="vision_model.",  # transformers 4 checkpoints; absent in 5
+    ignore=(r"embeddings\.position_ids$",),
+)
+
+
+def detect(names: set[str]) -> bool:
+    return any(re.fullmatch(r"(vision_model\.)?embeddings\.patch_embedding\.weight", n) for n in names) and not any(
+        n.endswith("embeddings.class_embedding") for n in names
+    )
+
+
+def plan(g: LayerGraph, names: set[str]) -> Plan:
+    dropped = () if "head.probe.token" in g.params() else (r"^{p}head\.",)
+    return table_plan(Table(TABLE.family, TABLE.rows, TABLE.prefix, ignore=TABLE.ignore, dropped=dropped), g, names)
+
+
+FAMILY = Family("SigLIP vision", ("SiglipVisionModel",), ("siglip_vision_model",), ("vit",), spec, detect, plan)
