@@ -201,7 +201,7 @@ def test_parallel_layout_errors_exit_2_before_training(cli, write_spec, tmp_path
     spec = write_spec(ENC_DEC)
     args = ["train", spec, "--task", "reverse", "--steps", "2", "-o", tmp_path / "o.safetensors"]
     for layout, message in [
-        ("dp=2,pp=2", "a pipelined run writes a distributed checkpoint folder"),  # -o o.safetensors
+        ("dp=2,pp=2", "pipeline parallelism runs decoder LMs"),  # checked against the spec before any work
         ("dp=2,sp=2", "--parallel: cannot read 'sp=2'"),  # read by the analyzer's parser: the same messages
         ("TP=2, dp=1", "needs 2 processes; torchrun is not running this process"),
         ("tp=2,pp=1,dp=1", "needs 2 processes; torchrun is not running this process"),  # the analyzer's form

@@ -136,7 +136,7 @@ def train(
         from ..analysis.devices import load_device
 
         load_device(device_profile)  # a bad name or file is refused before any work
-    opts = _pipeline_options(layout, pipeline_schedule, virtual_stages, micro_batch, output)
+    opts = _pipeline_options(layout, pipeline_schedule, virtual_stages, micro_batch)
     if opts is not None and spec is not None and resume is None:  # the layout against the spec, before any work
         from ..ir.lower import lower
         from ..parallel.pipeline import check_pipeline
@@ -241,7 +241,7 @@ def _global_batch(batch: int | None, global_batch: int | None) -> int | None:
 
 
 def _pipeline_options(
-    layout: dict[str, int] | None, schedule: str | None, virtual: int | None, micro: int | None, output: Path
+    layout: dict[str, int] | None, schedule: str | None, virtual: int | None, micro: int | None
 ) -> Any:
     """The pipeline's settings for pp > 1; refused (never ignored) without it."""
     from ..parallel.pipeline import PipelineOptions
@@ -255,11 +255,6 @@ def _pipeline_options(
         return None
     limits.bounded(virtual, "--virtual-stages", 1, limits.MAX_STEPS)
     limits.bounded(micro, "--micro-batch", 1, limits.MAX_BATCH)
-    if output.name.endswith(".safetensors"):
-        raise SpecError(
-            f"-o {output}: a pipelined run writes a distributed checkpoint folder (each stage its shards)",
-            hint=f"-o {output.name.removesuffix('.safetensors')}; it loads into one process and specc generate",
-        )
     opts = PipelineOptions(schedule or "1f1b", virtual or 1, micro)
     from ..analysis.parallel.layout import SCHEDULES
 

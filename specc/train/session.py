@@ -119,6 +119,8 @@ def save_parallel(run: Run, path: str | Path, state: dict[str, Any], last: bool 
 
     if not str(path).endswith(".safetensors"):
         return distributed.save(run.model, path, run.spec, state, run.optimizer, last=last)
+    if run.pipeline is not None:  # each stage holds its own tensors: gathered through a folder, read whole
+        return _save_pipelined_file(run, Path(path), state, last)
     weights = distributed.full_state_dict(run.model)
     moments = distributed.full_optimizer_tensors(run.model, run.optimizer)
     if dist.get_rank() == 0:
@@ -131,3 +133,35 @@ def save_parallel(run: Run, path: str | Path, state: dict[str, Any], last: bool 
     else:
         dist.barrier()
     return Path(path)
+
+
+def _save_pipelined_file(run: Run, path: Path, state: dict[str, Any], last: bool) -> Path:
+    """A pipelined run's ``*.safetensors``: every stage writes its shards into a distributed checkpoint folder
+    inside a temporary folder beside ``path`` (a collective), rank 0 reads it whole and writes the
+    single-process checkpoint and sidecar, and the temporary folder goes."""
+    import torch.distributed as dist
+
+    from ..io import discard_stage, folder_stage, outputs_complete
+    from ..io.signals import signals_blocked
+    from ..parallel import checkpoint as distributed
+
+    lead = dist.get_rank() == 0
+    box: list[str | None] = [str(folder_stage(path.with_name(path.name + ".stages"))) if lead else None]
+    dist.broadcast_object_list(box, src=0)
+    assert box[0] is not None
+    stage = Path(box[0])
+    try:
+        distributed.save(run.model, stage / "stages", run.spec, state, run.optimizer)
+        if lead:
+            ck = distributed.load(stage / "stages", with_optimizer=True)
+            C.save_tensors(path, run.spec, ck.weights, ck.optimizer, state, last=last)
+        if last and not lead:  # held back until rank 0 has the pair in place, then ignored
+            with signals_blocked():
+                dist.barrier()
+                outputs_complete()
+        else:
+            dist.barrier()
+    finally:
+        if lead:
+            discard_stage(stage)
+    return path
