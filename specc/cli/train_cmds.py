@@ -150,6 +150,12 @@ def train(
         from ..parallel.experts import check_expert_parallel
 
         check_expert_parallel(lower(load(spec, sets)), layout["ep"], layout["dp"], layout["tp"])
+    if layout is not None and spec is not None and resume is None:  # the rest of what the runtime runs (plan's rule)
+        from ..ir.lower import lower
+
+        rows = (batch or TrainConfig.batch) // layout["dp"]
+        m = opts.micro_batches(rows, layout["pp"]) if opts is not None else None
+        launch.check_runnable(lower(load(spec, sets)), layout, m, opts.schedule if opts is not None else "1f1b")
     if layout is not None and not output.name.endswith(".safetensors"):
         _check_folder(output, spec, text, resume)
     else:

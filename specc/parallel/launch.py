@@ -15,40 +15,38 @@ from ..errors import SpecError
 KNOWN = ("dp", "tp")
 RUN = ("dp", "tp", "pp", "ep")
 STARTED = False  # this process started a process group: it ends by ``end_process``
-NOT_RUN = {"cp": "context"}  # degrees the analyzer sizes; here only =1
 
 
 def parse_layout(text: str) -> dict[str, int]:
     """``dp=2,tp=2`` → {"dp": 2, "tp": 2}, read as ``specc analyze --parallel`` reads it (any subset of the
-    degrees, a missing one 1), so its layouts (``tp=2,pp=1,dp=4``) run as they are: pp, ep and cp only at 1."""
+    degrees, a missing one 1), so its layouts (``tp=2,pp=1,dp=4``) run as they are; what the runtime does not run
+    (``specc.analysis.parallel.support``: cp > 1, ep with pp, ...) is refused here."""
     from ..analysis.parallel.layout import LayoutError
     from ..analysis.parallel.layout import parse_layout as read
+    from ..analysis.parallel.support import runtime_gap
 
     try:
         layout = read(text)
     except LayoutError as e:  # the analyzer's hint names pp, which train does not run
         raise SpecError(e.message, hint="e.g. --parallel dp=2,tp=2" if e.hint else None) from None
-    for key, what in NOT_RUN.items():
-        if getattr(layout, key) != 1:
-            raise SpecError(
-                f"--parallel {key}={getattr(layout, key)}: {what} parallelism is sized by specc analyze but not run "
-                "by specc train",
-                hint=f"--parallel dp=N,tp=N,pp=N ({key}=1)",
-            )
-    if layout.ep > 1:  # experts sharded over the data-parallel ranks (specc.parallel.experts)
-        if layout.ep != layout.dp and layout.tp > 1:
-            raise SpecError(
-                f"--parallel ep={layout.ep} < dp={layout.dp} with tp={layout.tp}: experts split over tp and "
-                "sharded over dp/ep replica groups are not run",
-                hint=f"--parallel dp={layout.dp},tp={layout.tp},ep={layout.dp}, or tp=1",
-            )
-        if layout.pp > 1:
-            raise SpecError(
-                f"--parallel ep={layout.ep} with pp={layout.pp}: expert parallelism is not composed with "
-                "pipeline parallelism",
-                hint=f"--parallel dp={layout.dp},tp={layout.tp},ep={layout.ep} (pp=1)",
-            )
+    gap = runtime_gap(layout)  # what the degrees alone decide; check_runnable adds the graph's part
+    if gap is not None:
+        raise SpecError(gap.message, hint=gap.hint)
     return {key: getattr(layout, key) for key in RUN}
+
+
+def check_runnable(
+    graph: Any, layout: dict[str, int], micro_batches: int | None = None, schedule: str = "1f1b"
+) -> None:
+    """Refuse, before any work, a layout of ``graph`` this runtime does not run: the rule ``specc analyze --plan``
+    leaves such layouts out by (``specc.analysis.parallel.support``)."""
+    from ..analysis.parallel.layout import Layout
+    from ..analysis.parallel.support import runtime_facts, runtime_gap
+
+    lay = Layout(**{key: layout.get(key, 1) for key in RUN})
+    gap = runtime_gap(lay, runtime_facts(graph), micro_batches, schedule)
+    if gap is not None:
+        raise SpecError(gap.message, hint=gap.hint)
 
 
 def world_size() -> int:

@@ -25,16 +25,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..analysis.parallel.support import TENSOR_PARALLEL_KINDS
 from ..errors import SpecError
 from ..ir.graph import LayerGraph, Op
 
 PER_UNIT = ("activation", "glu", "dropout")  # ops that act on each hidden unit alone
-# Op kinds whose place in a split model this plan knows (a new kind must be taught here before tp runs it).
-KNOWN = {
-    "embedding", "type_embedding", "learned_pos", "sinusoidal_pos", "learned_pos_2d", "sinusoidal_pos_2d",
-    "patch_embed", "cls_token", "layernorm", "rmsnorm", "slice_rmsnorm", "linear", "activation", "glu", "add",
-    "scale", "softcap", "sigmoid_gate", "dropout", "pool", "attention", "moe",
-}  # fmt: skip
+# Op kinds whose place in a split model this plan knows (a new kind must be taught here before tp runs it); the
+# plan search reads the same table to leave tp out where it does not run.
+KNOWN = TENSOR_PARALLEL_KINDS
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,12 @@ def plan_sections(r: PlanResult) -> list[Section]:
         "(per-device total, with the device profile's runtime context, allocator reserve and buffers)"
     )
     s.notes.append(f"global batch {r.global_batch}; links: {r.link.name}; ranked by estimated step time")
+    if r.excluded:
+        left = ", ".join(f"{e.reason} ({e.layouts}, e.g. {e.example})" for e in r.excluded.values())
+        s.notes.append(
+            f"left out {sum(e.layouts for e in r.excluded.values())} layouts sized by the analyzer, not run by "
+            f"specc train --parallel: {left}; analyze --parallel sizes any of them"
+        )
     if not r.plans:
         s.notes.append("no layout fits: more devices, a smaller global batch, or a device with more memory")
     return [s, conventions()]

@@ -9,6 +9,9 @@ more recomputation only cost time, so they are tried only while nothing cheaper 
 is on whenever tp > 1: the same bytes as plain tensor parallelism, less activation memory (Korthikanti et al.
 2022 §4.2.2). The global batch defaults to one sequence per device.
 Ties in step time go to the smaller per-device memory.
+
+Only layouts ``specc train --parallel`` runs are returned (``support.runtime_gap``, the rule its refusals use);
+the others are counted in ``excluded`` by reason, and ``specc analyze --parallel`` still sizes any of them.
 """
 
 from __future__ import annotations
@@ -21,11 +24,25 @@ from .estimate import Estimator, LayoutCost
 from .layout import Layout, LayoutError, Training, check_layout, graph_facts
 from .profile import profile
 from .run import devices_and_links, settings
+from .support import runtime_facts, runtime_gap
 
 MAX_MICRO_BATCH = 16
 CONTEXT_PARALLEL = (1, 2, 4, 8)
 MAX_DEVICES = 1 << 20
 TRAINING_RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass
+class Excluded:
+    """Layouts the plan leaves out for one reason (micro-batch sizes left out of a layout that keeps others
+    are not counted)."""
+
+    reason: str
+    layouts: int = 0
+    example: str = ""  # the first one left out, as ``--parallel`` takes it (analyze sizes it)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "layouts": self.layouts, "example": self.example}
 
 
 @dataclass
@@ -38,6 +55,7 @@ class PlanResult:
     plans: list[LayoutCost] = field(default_factory=list)
     device: Any = None
     link: Any = None
+    excluded: dict[str, Excluded] = field(default_factory=dict)  # reason → layouts specc train does not run
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,7 +67,16 @@ class PlanResult:
             "considered": self.considered,
             "fitting": self.fitting,
             "plans": [plan_dict(p) for p in self.plans],
+            "excluded": {
+                "layouts": sum(e.layouts for e in self.excluded.values()),
+                "why": "sized by the analyzer, not run by specc train --parallel",
+                "reasons": [e.to_dict() for e in self.excluded.values()],
+            },
         }
+
+    def exclude(self, reason: str, lay: Layout) -> None:
+        e = self.excluded.setdefault(reason, Excluded(reason, example=lay.text()))
+        e.layouts += 1
 
 
 def plan_dict(c: LayoutCost) -> dict[str, Any]:
@@ -89,12 +116,23 @@ def plan(
     est = Estimator(prof, dev, link)
     out = PlanResult(devices, batch, training, 0, 0, device=dev, link=link)
     found: list[tuple[float, int, Layout, Training, int]] = []
+    facts = runtime_facts(g)
     for lay in layouts(g, devices, n):
+        gap = runtime_gap(lay, facts)
+        if gap is not None:
+            out.exclude(gap.kind, lay)
+            continue
         if batch % lay.dp:
             continue
         per_replica = batch // lay.dp
+        short, kept = None, False  # short: why a micro-batch size is not run (1f1b needs ≥ pp micro-batches)
         for mb in (d for d in divisors(per_replica) if d <= MAX_MICRO_BATCH):
             m = per_replica // mb
+            gap = runtime_gap(lay, facts, m)
+            if gap is not None:
+                short = gap
+                continue
+            kept = True
             for recompute in TRAINING_RECOMPUTE if training else ("none",):
                 out.considered += 1
                 fit = _lowest_fitting_zero(est, lay, recompute, mb, batch, m, training, dev.memory)
@@ -103,6 +141,8 @@ def plan(
                     found.append((est.step_time(lay, t, m)[0], peak, lay, t, m))
                     if t.zero < 3:
                         break  # more recomputation is only slower: stages 0-2 already fit without it
+        if short is not None and not kept:  # no micro-batch size of this layout runs
+            out.exclude(short.kind, lay)
     out.fitting = len(found)
     found.sort(key=lambda c: (c[0], c[1]))
     out.plans = [est.cost(lay, t, m) for _, _, lay, t, m in found[:top]]
