@@ -201,7 +201,7 @@ CASES = [
             intermediate_size=40,
             num_hidden_layers=1,
             num_attention_heads=2,
-            image_size=12,
+            image_size=14,  # 3 × 3 patches of 4: the conv drops 2 rows and columns
             patch_size=4,
             vision_use_head=False,
         ),

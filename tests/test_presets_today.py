@@ -32,6 +32,8 @@ PUBLISHED = {
     "gpt-oss-120b": 116_829_156_672,
     "t5-base": 222_903_552,
     "flan-t5-xl": 2_849_757_184,  # with its own head, as the released checkpoint loads
+    "clip-vit-large-patch14": 303_179_776,  # the vision tower (CLIPVisionModel)
+    "siglip-so400m": 428_225_600,  # the vision tower (SiglipVisionModel), patch 14 at 384
 }
 
 

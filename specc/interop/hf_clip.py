@@ -41,13 +41,15 @@ def _tower(cfg: HFConfig) -> dict[str, Any]:
 
 def vision_spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     eps = cfg.number("layer_norm_eps", 1e-5)
+    size, patch = _square(cfg, "image_size"), _square(cfg, "patch_size")
     return {
         "kind": "vit",
         "image": {
-            "size": _square(cfg, "image_size"),
-            "patch": _square(cfg, "patch_size"),
+            "size": size,
+            "patch": patch,
             "channels": cfg.positive_int("num_channels", 3),
             "patch_bias": False,
+            **({"drop_remainder": True} if size % patch else {}),  # the strided conv drops it
         },
         "pooling": "cls",
         "head": "pooled_norm",

@@ -512,7 +512,12 @@ def _bert_sizes(s: Any) -> dict[str, Any]:
     }
 
 
+def _whole_patches(s: Any) -> None:
+    need(not s.image.drop_remainder, ("image", "drop_remainder"), "an image that is not a multiple of its patch")
+
+
 def vit(s: Any) -> dict[str, Any]:
+    _whole_patches(s)
     need(s.norm.type == "layernorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-LayerNorm")
     need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
     need(s.pooling == "cls", ("pooling",), "mean pooling")
@@ -540,6 +545,11 @@ def _clip_tower(s: Any) -> dict[str, Any]:
 
 
 def clip_vision(s: Any) -> dict[str, Any]:
+    need(
+        not s.image.drop_remainder or s.image.size % s.image.patch,
+        ("image", "drop_remainder"),
+        "drop_remainder with no remainder to drop",
+    )
     need(s.pooling == "cls", ("pooling",), "mean pooling")
     need(not s.image.patch_bias, ("image", "patch_bias"), "a patch convolution with bias")
     need(s.norm.embedding and s.norm.final is False, ("norm",), "norms other than pre_layrnorm and post_layernorm")
@@ -549,6 +559,11 @@ def clip_vision(s: Any) -> dict[str, Any]:
 
 def siglip_vision(s: Any) -> dict[str, Any]:
     need(s.pooling == "none", ("pooling",), "a class token or mean pooling")
+    need(
+        not s.image.drop_remainder or s.image.size % s.image.patch,
+        ("image", "drop_remainder"),
+        "drop_remainder with no remainder to drop",
+    )
     need(s.image.patch_bias and not s.norm.embedding, ("norm", "embedding"), "a norm before the blocks")
     need(resolve.final_norm(s), ("norm", "final"), "no final norm (post_layernorm)")
     need(resolve.mask(s) == "none", ("attention", "mask"), "a masked vision tower")

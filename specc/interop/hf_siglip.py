@@ -23,12 +23,14 @@ from .weight_map import Plan
 
 def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     head = "attention_pool" if cfg.flag("vision_use_head", True) else "none"
+    size, patch = _square(cfg, "image_size"), _square(cfg, "patch_size")
     return {
         "kind": "vit",
         "image": {
-            "size": _square(cfg, "image_size"),
-            "patch": _square(cfg, "patch_size"),
+            "size": size,
+            "patch": patch,
             "channels": cfg.positive_int("num_channels", 3),
+            **({"drop_remainder": True} if size % patch else {}),  # the strided conv drops it (so400m: 384 / 14)
         },
         "pooling": "none",
         "head": head,

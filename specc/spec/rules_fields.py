@@ -375,7 +375,7 @@ def vit_rules(spec: ViTSpec) -> Any:
     im = spec.image
     if im.patch > im.size:
         yield Violation(("image", "patch"), f"patch {im.patch} is larger than image {im.size}")
-    elif im.size % im.patch:
+    elif im.size % im.patch and not im.drop_remainder:
         near = [p for p in range(1, im.size + 1) if im.size % p == 0]
         best = min(near, key=lambda p: abs(p - im.patch))
         yield Violation(

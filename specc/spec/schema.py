@@ -282,6 +282,11 @@ class Image(_Strict):
     patch: SInt = Field(..., ge=1, le=1 << 15)
     channels: SInt = Field(3, ge=1, le=1 << 12)
     patch_bias: SBool = Field(True, description="bias on the patch convolution (CLIP's has none)")
+    drop_remainder: SBool = Field(
+        False,
+        description="the patch convolution ignores the last size mod patch rows and columns, as a strided conv "
+        "does (SigLIP so400m: 384 at patch 14 → 27 × 27 patches); false: size must be a multiple of patch",
+    )
 
 
 class StackBlocks(_Strict):
