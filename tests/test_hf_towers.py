@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from test_hf_zoo import BY_ID, Case, transformers
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -98,3 +99,52 @@ def test_siglip_onnx_has_one_fused_attention_node_per_attention_layer(tmp_path: 
     assert len(fused) == spec.blocks + 1  # the blocks' and the pooling head's cross-attention
     assert [i.name for i in graph.input] == ["pixel_values"]
     assert [o.name for o in graph.output] == ["last_hidden_state", "pooler_output"]
+
+
+@pytest.mark.parametrize("case_id", ["vit-clip", "vit-siglip", "cliptext-eos"])
+def test_model_py_loads_the_towers_hf_checkpoints(tmp_path: Path, case_id: str) -> None:
+    """The standalone model.py reads the towers' save_pretrained checkpoints by its name table (the class
+    embedding unsqueezed, SigLIP's packed in_proj split) and gives HF's hidden states and pooled outputs."""
+    from test_hf_zoo import save
+    from test_torch_model_py_names import _model_py
+
+    hf, folder = save(BY_ID[case_id], tmp_path)
+    model_py = _model_py(import_hf(folder).spec, tmp_path / "model.py")
+    model = model_py.build(weights=str(folder / "model.safetensors"))
+    c = hf.config
+    if case_id.startswith("vit"):
+        x = {"pixel_values": torch.randn(2, c.num_channels, c.image_size, c.image_size)}
+    else:
+        ids = torch.randint(3, c.vocab_size - 2, (2, 9), generator=torch.Generator().manual_seed(0))
+        ids[:, 6] = c.eos_token_id
+        x = {"input_ids": ids}
+    with torch.no_grad():
+        got, want = model(*x.values()), hf(**x)
+    for name in ("last_hidden_state", "pooler_output"):
+        torch.testing.assert_close(got[name], getattr(want, name), atol=1e-5, rtol=1e-5)
+
+
+_TEXT = "name: t\nkind: encoder\nvocab_size: 50\ncontext: 16\nd_model: 32\nblocks: 1\nattention: {heads: 4}\n"
+_IMAGE = "name: v\nkind: vit\nimage: {size: 16, patch: 4}\nd_model: 32\nblocks: 1\nattention: {heads: 4}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        (_TEXT + "head: mlm\neos_token: 7\n", 9, "eos_token is only used by head: eos"),
+        (_TEXT + "head: eos\neos_token: 50\n", 9, "eos_token 50 is not below vocab_size 50"),
+        (_IMAGE + "pooling: none\nhead: pooled\n", 7, "head: pooled pools a token, but pooling is none"),
+        (_IMAGE.replace("patch: 4", "patch: 5") + "head: none\n", 3, "image 16 is not divisible by patch 5"),
+    ],
+)
+def test_tower_fields_are_checked_at_their_line(tmp_path: Path, text: str, line: int, words: str) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(specc.SpecError) as e:
+        specc.load_spec(str(path))
+    d = e.value.diagnostics[0]
+    assert words in d.message and d.line == line and d.file == str(path)
+    fixed = text.replace("patch: 5", "patch: 5, drop_remainder: true")  # a strided conv's floor, when asked for
+    if fixed != text:
+        path.write_text(fixed, encoding="utf-8")
+        assert specc.lower(specc.load_spec(str(path))).shape_of("patch_embed")[1] == 9  # 3 × 3 patches
