@@ -7,6 +7,8 @@ import json
 from collections.abc import Callable
 
 import pytest
+import torch.distributed as dist
+from test_parallel_torch_cli import _plain_kernels, torchrun  # noqa: F401 (an autouse fixture)
 
 import specc
 from specc.analysis.parallel.search import layouts, plan
@@ -109,3 +111,31 @@ def test_train_refuses_a_graph_gap_before_any_work(cli: Cli, tmp_path) -> None:
                        "--parallel", "tp=2", "-o", tmp_path / "ck")  # fmt: skip
     assert code == 2 and "tensor parallelism of experts with biases is not run" in err and "Traceback" not in err, err
     assert not launch.STARTED
+
+
+MLA = ["blocks=2", "d_model=32", "attention.heads=4", "vocab_size=50", "context=64", "dtype=fp32",
+       "attention.latent={kv_rank: 16, q_rank: 24, rope_head_dim: 8, nope_head_dim: 12, v_head_dim: 10}",
+       "mlp.hidden=16", "mlp.experts=8", "mlp.active=3", "mlp.router.groups=2", "mlp.router.top_groups=1",
+       "mlp.shared.hidden=16", "layer_kinds.dense.mlp.hidden=48", "layer_pattern=[dense, moe]",
+       "position.scaling.original_max_positions=16"]  # fmt: skip
+
+
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
+def test_planned_pp2_of_a_deepseek_like_model_trains_as_one_process(cli: Cli, tmp_path) -> None:
+    """The plan returns pp layouts for DeepSeek-V3 (latent attention, a dense block before the MoE ones, whose
+    generated forward indexes its blocks); pp=2 under torchrun ends with the one-process weights."""
+    from specc.train import checkpoint as C
+
+    g = specc.lower(specc.load_spec("deepseek-v3", MLA))
+    assert any(p.layout.pp == 2 and p.layout.tp == 1 for p in plan(g, 2, training=True, top=100).plans)
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(["the quick brown fox jumps over the lazy dog"] * 12), encoding="utf-8")
+    args = [a for s in MLA for a in ("--set", s)]
+    args += ["--task", "lm", "--text", text, "--batch", "4", "--max-len", "12", "--eval-size", "8", "--steps", "2"]
+    args += ["--schedule", "constant", "--warmup", "0", "--device", "cpu"]
+    code, _, err = cli("train", "deepseek-v3", *args, "-o", tmp_path / "one.safetensors")
+    assert code == 0, err
+    run = torchrun(2, "train", "deepseek-v3", *args, "--parallel", "pp=2", "-o", tmp_path / "pp")
+    assert run.returncode == 0, run.stderr[-3000:]
+    one, got = C.load(tmp_path / "one.safetensors").weights, C.load(tmp_path / "pp").weights
+    assert set(one) == set(got) and max(float((one[k] - got[k]).abs().max()) for k in one) < 1e-5

@@ -234,7 +234,12 @@ def _restricted(root: nn.Module, chunk: ChunkModule) -> Iterator[None]:
     (those before the blocks) replaced by stand-ins when the chunk does not start the model."""
     saved_blocks = root.blocks._modules
     saved: dict[str, nn.Module] = {}
-    root.blocks._modules = dict(chunk.blocks.items())
+    if "view" not in chunk.__dict__:  # every block number, another chunk's a pass-through stand-in: a forward
+        # that indexes its blocks (self.blocks[0]: blocks of different kinds) finds each; a loop passes them by
+        held = dict(chunk.blocks.items())
+        stand_in = {str(b): _Absent(chunk.width) for b in range(root._pp_blocks) if str(b) not in held}
+        chunk.__dict__["view"] = {str(b): held.get(str(b), stand_in.get(str(b))) for b in range(root._pp_blocks)}
+    root.blocks._modules = chunk.__dict__["view"]
     root.__dict__["_active_chunk"] = chunk
     try:
         if not chunk.chunk.first:
@@ -556,6 +561,7 @@ def build_pipeline(
         _set(root, op.name, _Absent(width))
     root.tie_weights()  # a tied head held here: its weight IS this rank's copy of the table (before FSDP2 sees it)
     root._pre_modules = [n for n in pre if _has_module(root, n)]
+    root._pp_blocks = len(block_ids(graph))
     root.__dict__["_active_chunk"] = None
     chunks = []
     for c in mine:
