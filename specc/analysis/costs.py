@@ -60,7 +60,10 @@ class Mem:
     fused). ``weights_read``: parameter *elements* the forward reads (a lookup reads only the rows it
     needs; a tied head reads the shared matrix; MoE reads only experts that get tokens). ``scores`` /
     ``scores_fused``: one attention score matrix if materialised / the fused kernel's per-row statistics.
-    ``kv_cache``: bytes cached for generation.
+    ``kv_cache``: bytes cached for generation. ``saved_torch``: what torch's eager ops, as specc's torch layers
+    call them, keep beyond ``saved`` (which counts fused kernels' saves, as Megatron-Core's): a GLU's act(gate),
+    the packed q|k|v a rotary attention's V still views. ``saved_torch_cpu``: what they keep beyond that on the
+    CPU, where ``rms_norm`` is composite (no fused kernel): its fp32 input and normalised tensor.
     """
 
     saved: int = 0
@@ -70,6 +73,8 @@ class Mem:
     scores: int = 0
     scores_fused: int = 0
     kv_cache: int = 0
+    saved_torch: int = 0
+    saved_torch_cpu: int = 0
 
     @property
     def fused(self) -> int:

@@ -181,7 +181,8 @@ def predict(run: Any, device_profile: str | None = None) -> list[dict[str, float
     schedule = pipe.schedule_name if pipe is not None else "1f1b"
     virtual = pipe.virtual if pipe is not None else 1
     t = Training(zero=3 if dp > 1 else 0, micro_batch=micro, global_batch=cfg.batch, schedule=schedule,
-                 virtual_stages=virtual if schedule == "interleaved-1f1b" else 1, attention="flash")  # fmt: skip
+                 virtual_stages=virtual if schedule == "interleaved-1f1b" else 1, attention="flash",
+                 kernels="torch-cpu" if run.device.type == "cpu" else "torch")  # fmt: skip
     ep = getattr(run, "ep", 1)  # experts sharded over the dp ranks
     cost = analyze_layout(run.graph, Layout(tp=tp, pp=pp, dp=dp, ep=ep), training=t, is_training=True,
                           seq=int(run.lengths[1]), dtype="fp32", device=device_profile)  # fmt: skip

@@ -55,7 +55,10 @@ def activations_per_microbatch(
     st = prof.stages(lay.pp)[stage]
     tp, cp, b = lay.tp, lay.cp, t.micro_batch
     rep_div = (tp if t.sequence_parallel else 1) * cp
+    cpu = t.kernels == "torch-cpu"
     outside = _div(st.outside_sharded * b, tp * cp) + _div(st.outside_replicated * b, rep_div)
+    if t.kernels != "fused":  # what torch's eager ops keep beyond fused kernels outside the blocks (the final norm)
+        outside += _div((st.torch_outside + (st.torch_cpu_outside if cpu else 0)) * b, rep_div)
     if t.recompute == "full":
         return _div(st.full_kept * b, rep_div) + outside  # one block input per block
     if t.recompute == "op":
@@ -63,9 +66,13 @@ def activations_per_microbatch(
         kept = _div((st.full_kept + st.op_replicated) * b, rep_div) + _div(sharded * b, tp * cp)
         return kept + outside
     sharded = st.selective_sharded if t.recompute == "selective" else st.saved_sharded
+    replicated = st.saved_replicated
     if t.recompute == "none" and attention == "flash":
         sharded -= st.flash_saving
-    return _div(sharded * b, tp * cp) + _div(st.saved_replicated * b, rep_div)
+    if t.kernels != "fused":  # what torch's eager ops keep beyond fused kernels (a checkpointed core: its input)
+        sharded += st.torch_sharded - (st.torch_attention if t.recompute == "selective" else 0)
+        replicated += st.torch_replicated + (st.torch_cpu if cpu else 0)
+    return _div(sharded * b, tp * cp) + _div(replicated * b, rep_div)
 
 
 def recompute_transient(prof: GraphProfile, stage: int, lay: Layout, t: Training, attention: str = "math") -> int:

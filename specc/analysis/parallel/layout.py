@@ -23,6 +23,10 @@ DEGREES = ("tp", "pp", "dp", "ep", "cp")
 MAX_DEGREE = 1 << 20
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "full", "op")
+# fused: norm, GLU and rotary kernels that keep what Korthikanti et al. count (Megatron-Core, the published runs);
+# torch: torch's eager ops as specc's torch layers call them (GLU keeps act(gate), rotary attention the packed
+# q|k|v); torch-cpu: the same on the CPU, where rms_norm has no fused kernel (keeps fp32 x and x·rstd)
+KERNELS = ("fused", "torch", "torch-cpu")
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble")  # torch.distributed.pipelining's names
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -72,6 +76,7 @@ class Training:
     attention: str | None = None  # flash | math; None: the device profile's default
     async_tp: bool = False  # tensor-parallel collectives overlapped with the GEMMs next to them
     dp_overlap: bool = True  # gradient sync overlapped with backward (torch DDP, FSDP); False: after it
+    kernels: str = "fused"  # what keeps activations (KERNELS): fused (Megatron-Core) | torch | torch-cpu (eager)
 
 
 def parse_layout(text: str) -> Layout:
@@ -185,6 +190,8 @@ def check_training(lay: Layout, t: Training, training: bool) -> int:
         raise LayoutError(f"--recompute {t.recompute} is unknown", hint=f"use one of {', '.join(RECOMPUTE)}")
     if not training and t.zero:
         raise LayoutError(f"--zero {t.zero} shards training states: add --training")
+    if t.kernels not in KERNELS:
+        raise LayoutError(f"kernels {t.kernels} is unknown", hint=f"use one of {', '.join(KERNELS)}")
     if not training and t.recompute != "none":
         raise LayoutError(f"--recompute {t.recompute} applies to training: add --training")
     if t.schedule not in SCHEDULES:

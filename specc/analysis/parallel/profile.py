@@ -67,6 +67,8 @@ class OpProfile:
     out_bytes: int = 0  # bytes of the op's output (batch 1)
     op_kept: int = 0  # recompute op: bytes of its outputs the policy saves (flash attention: output + LSE)
     op_rerun: float = 0.0  # recompute op: the fraction of its forward the backward reruns
+    torch_extra: int = 0  # kept beyond saved_* by torch's eager ops (Mem.saved_torch; sharded iff ``sharded``)
+    torch_cpu_extra: int = 0  # … and beyond that on the CPU (Mem.saved_torch_cpu: norms, replicated)
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,6 +96,12 @@ class Stage:
     op_sharded: int = 0  # recompute op: matmul outputs kept, split by tp (column linears, attention cores)
     op_replicated: int = 0  # … and those whole on each tp rank (row-parallel outputs)
     op_math: int = 0  # … and what math attention saves beyond that (the N² scores, a bmm output; sharded)
+    torch_sharded: int = 0  # kernels torch / torch-cpu: what torch's eager ops keep beyond the fused kernels'
+    torch_replicated: int = 0
+    torch_cpu: int = 0  # … on the CPU only (replicated)
+    torch_outside: int = 0  # the part of the three above outside the blocks (kept under any recompute)
+    torch_cpu_outside: int = 0
+    torch_attention: int = 0  # the attention cores' part of torch_sharded (the packed q|k|v rotary leaves)
 
 
 def _stage(ops: Counter[OpProfile], key: int) -> Stage:
@@ -123,6 +131,12 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         sum(c * p.op_kept for p, c in items if p.in_block and p.role != "row"),
         sum(c * p.op_kept for p, c in items if p.in_block and p.role == "row"),
         sum(c * p.op_math for p, c in items if p.in_block),
+        sum(c * p.torch_extra for p, c in items if p.sharded),
+        sum(c * p.torch_extra for p, c in items if not p.sharded),
+        total("torch_cpu_extra"),
+        total("torch_extra", False),
+        total("torch_cpu_extra", False),
+        sum(c * p.torch_extra for p, c in items if p.attention),
     )
 
 
@@ -250,6 +264,8 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     op_kept=op_kept,
                     op_rerun=op_rerun,
                     op_math=op_math,
+                    torch_extra=c.mem.saved_torch,
+                    torch_cpu_extra=c.mem.saved_torch_cpu,
                 ),
             )
         )

@@ -94,9 +94,12 @@ def attention_memory(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) ->
     # materialised. ALiBi's fused kernel reads its bias as a [B | 1, H, N_q, N_k] mask, itself that large.
     capped = bool(a.softcap) or a.sinks
     bias = scores * ctx.bytes if a.alibi_max_bias is not None or a.position_bias else 0  # (T5's bias too)
+    # torch's rotary makes new q and k while V stays a view of the packed q|k|v: that whole buffer is kept too
+    rotated = (q + b * nk * kv * hd) * ctx.bytes if a.rope_dims and not a.cross else 0
     return Mem(
         saved=saved,
         saved_fused=saved if capped else (q + k_v) * ctx.bytes + stats,
+        saved_torch=rotated,
         io=(q + k_v + numel(out)) * ctx.bytes,
         scores=scores * ctx.bytes,
         scores_fused=scores * ctx.bytes if capped else stats + bias,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...ir.ops import (
     ActivationAttrs,
     AddAttrs,
@@ -44,17 +46,33 @@ def slice_rmsnorm_flops(a: SliceRMSNormAttrs, ins: list[Dims], out: Dims, ctx: C
 
 
 def slice_norm_memory(a: SliceRMSNormAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    """The normalised slice is kept for the backward pass; the whole packed tensor is read and rewritten."""
-    return Mem(saved=tokens(out) * a.width * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=a.dim)
+    """The normalised slice is kept for the backward pass; the whole packed tensor is read and rewritten. The
+    torch layer's x² and x·rstd also keep their x: a view of the whole packed input in fp32, an fp32 copy of the
+    slice otherwise; and rstd, one per row and group."""
+    x = numel(ins[0]) * ctx.bytes if ctx.bytes == C.STAT_BYTES else tokens(out) * a.width * C.STAT_BYTES
+    rstd = tokens(out) * (a.width // a.dim) * C.STAT_BYTES
+    return Mem(saved=tokens(out) * a.width * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=a.dim,
+               saved_torch=x + rstd)  # fmt: skip
 
 
 def norm_memory(a: LayerNormAttrs | RMSNormAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     weights = a.dim * (2 if isinstance(a, LayerNormAttrs) and a.bias else 1)
-    return Mem(saved=numel(ins[0]) * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=weights)
+    saved = numel(ins[0]) * ctx.bytes
+    extra = 0
+    if isinstance(a, RMSNormAttrs):  # torch's composite rms_norm: x and x·rstd in fp32, rstd per row
+        extra = 2 * numel(ins[0]) * C.STAT_BYTES + tokens(ins[0]) * C.STAT_BYTES - saved
+    unit = isinstance(a, RMSNormAttrs) and a.unit_offset  # the (1 + w) form runs that composite on any device
+    return Mem(saved=saved, io=io_bytes(ins, out, ctx), weights_read=weights,
+               saved_torch=extra if unit else 0, saved_torch_cpu=0 if unit else extra)  # fmt: skip
 
 
 def activation_flops(a: ActivationAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     return [Flop(other=C.ACTIVATION[a.fn] * numel(out))]
+
+
+def glu_memory(a: GluAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    """Gate and up kept; torch's act(gate) · up keeps act(gate) too (a fused kernel recomputes it)."""
+    return replace(elementwise_memory(a, ins, out, ctx), saved_torch=numel(out) * ctx.bytes)
 
 
 def glu_flops(a: GluAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
@@ -113,7 +131,7 @@ RULES = {
     "softcap": (softcap_flops, elementwise_memory),
     "sigmoid_gate": (sigmoid_gate_flops, elementwise_memory),
     "activation": (activation_flops, elementwise_memory),
-    "glu": (glu_flops, elementwise_memory),
+    "glu": (glu_flops, glu_memory),
     "add": (add_flops, add_memory),
     "dropout": (dropout_flops, dropout_memory),
     "pool": (pool_flops, pool_memory),
