@@ -55,9 +55,10 @@ def hf_plan(graph: LayerGraph) -> Plan | None:
     return None
 
 
-def hf_table(plan: Plan) -> dict[str, list[tuple[Any, ...]]]:
+def hf_table(plan: Plan, vectors: set[str] = frozenset()) -> dict[str, list[tuple[Any, ...]]]:  # type: ignore[assignment]
     """specc name → alternatives (op | (op, *args), *HF names); ``*`` stands for the block index where every
-    block's rule is the same up to it."""
+    block's rule is the same up to it; a module's parameters in one ``module.`` entry where they rename alike
+    (``vectors``: the 1-D parameters, which ``t`` leaves as they are)."""
     exact = {t: [(_op(r.op, plan.after.get(t)), *r.sources) for r in rs] for t, rs in plan.rules.items()}
     folded: dict[str, list[tuple[Any, ...]]] = {}
     keys: dict[str, list[str]] = {}
@@ -78,7 +79,46 @@ def hf_table(plan: Plan) -> dict[str, list[tuple[Any, ...]]]:
     for pattern in clash:  # blocks that differ: every one of them by its own name
         del folded[pattern]
         folded.update({t: exact[t] for t in keys[pattern]})
-    return folded
+    return _by_module(folded, vectors)
+
+
+def _by_module(table: dict[str, list[tuple[Any, ...]]], vectors: set[str]) -> dict[str, list[tuple[Any, ...]]]:
+    """A module whose every parameter renames alike (``name.`` → ``hf.`` + its local name) as one ``name.``
+    entry; ``copy`` of a 1-D parameter reads as ``t`` beside a transposed weight (``t`` leaves a vector as it is:
+    Conv1D's weight and bias)."""
+    modules: dict[str, dict[str, list[tuple[Any, ...]] | None]] = {}
+    for key, alternatives in table.items():
+        module, _, local = key.rpartition(".")
+        shared: list[tuple[Any, ...]] | None = []
+        for op, *sources in alternatives:
+            if not all(s.endswith("." + local) for s in sources) or shared is None:
+                shared = None
+                continue
+            shared.append((op, *(s[: -len(local)] for s in sources)))
+        modules.setdefault(module + "." if module else key, {})[key] = shared
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    for module, members in modules.items():
+        forms = list(members.values())
+        if all(f is not None for f in forms) and len(members) > 0 and module.endswith("."):
+            if all(f == forms[0] for f in forms):
+                out[module] = forms[0]  # type: ignore[assignment]
+                continue
+            t = {
+                k: [("t" if op == "copy" and _vector(k, vectors) else op, *x) for op, *x in f]
+                for k, f in members.items()
+            }
+            as_t = list(t.values())
+            if all(f == as_t[0] for f in as_t) and any(op == "t" for op, *_ in as_t[0]):
+                out[module] = as_t[0]
+                continue
+        out.update({k: table[k] for k in members})
+    return out
+
+
+def _vector(key: str, vectors: set[str]) -> bool:
+    """Whether ``key`` (``*`` a block index) names 1-D parameters."""
+    pattern = re.escape(key).replace(r"\*", r"\d+")
+    return any(re.fullmatch(pattern, v) for v in vectors)
 
 
 def _op(op: tuple[Any, ...], after: tuple[Any, ...] | None) -> Any:
@@ -117,7 +157,7 @@ def names_source(graph: LayerGraph) -> str:
     plan = hf_plan(graph)
     if plan is None:
         return ""
-    table = hf_table(plan)
+    table = hf_table(plan, {k for k, p in graph.params().items() if len(p.shape) == 1})
     ops = {alt[0] if isinstance(alt[0], str) else alt[0][0] for alts in table.values() for alt in alts}
     ops |= {part for name in ops for part in name.split(">")}  # a composed op calls its parts
     rows: list[str] = []

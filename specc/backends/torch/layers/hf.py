@@ -10,17 +10,19 @@ from torch import Tensor, nn
 
 def from_hf(model: nn.Module, tensors: dict, names: dict, how: dict, tied: dict, skip: str) -> dict[str, Tensor]:
     """specc-named tensors for ``model``; specc names pass through. ``names``: specc name (``*`` the block index)
+    or module prefix (ending in ".": its parameters' local names appended to the HF names too)
     → (op | (op, *args), *HF names), or a list of such alternatives (the first whose tensors are all present wins);
     HF names may carry a wrapper's prefix (``transformer.``, ``model.``). ``tied``: HF name → the tensor it equals;
     ``skip``: a pattern of HF names that are not weights of this model (buffers, heads it does not have)."""
     if set(tensors) <= set(keys := list(model.state_dict())):
         return tensors
     named, out, used = {**{k.split(".", 1)[-1]: v for k, v in tensors.items()}, **tensors}, {}, set(tied)
-    for key in keys:
-        i = (re.findall(r"\.(\d+)\.", key) or [""])[0]
-        rules = names.get(key) or names.get(key.replace(f".{i}.", ".*.", 1), [])
+    for key in keys:  # a name ending in "." renames a module's every parameter (its local name appended)
+        i, local = (re.findall(r"\.(\d+)\.", key) or [""])[0], key.rpartition(".")[2]
+        star = key.replace(f".{i}.", ".*.", 1)
+        rules = next((names[k] for k in (key, star, star[: -len(local)]) if k in names), [])
         for op, *sources in [rules] if isinstance(rules, tuple) else rules:
-            sources = [s.replace("*", i) for s in sources]
+            sources = [s.replace("*", i) + local * s.endswith(".") for s in sources]
             if all(s in named for s in sources):
                 name, *args = (op,) if isinstance(op, str) else op
                 out[key], used = how[name]([named[s] for s in sources], *args), used | set(sources)
