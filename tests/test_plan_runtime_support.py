@@ -139,3 +139,15 @@ def test_planned_pp2_of_a_deepseek_like_model_trains_as_one_process(cli: Cli, tm
     assert run.returncode == 0, run.stderr[-3000:]
     one, got = C.load(tmp_path / "one.safetensors").weights, C.load(tmp_path / "pp").weights
     assert set(one) == set(got) and max(float((one[k] - got[k]).abs().max()) for k in one) < 1e-5
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "gemma2-9b", "gemma3-1b", "llama2-7b"])
+def test_a_character_lm_keeps_the_spec_but_its_vocabulary(name: str) -> None:
+    """``specc train --task lm`` re-validates the spec with the text's vocabulary; layer kinds that inherit
+    fields (None in a dump) used to fail there with a traceback, so GPT-OSS and Gemma could not train at all."""
+    from specc.train.loop import resolve_lm_spec
+    from specc.train.vocab import Vocab
+
+    spec = specc.load_spec(name)
+    got = resolve_lm_spec(spec, Vocab(tuple("abcdefg")))
+    assert got.model_dump() == {**spec.model_dump(), "vocab_size": 7}

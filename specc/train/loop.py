@@ -107,7 +107,9 @@ def resolve_lm_spec(spec: Any, vocab: Vocab) -> Any:
 
     if spec.vocab_size == len(vocab):
         return spec
-    return SPEC_ADAPTER.validate_python({**spec.model_dump(), "vocab_size": len(vocab)})
+    # what was written, not every field: a dump's None of a layer kind's override ("heads: null", inherit) does
+    # not validate again (Gemma 2/3, GPT-OSS)
+    return SPEC_ADAPTER.validate_python({**spec.model_dump(exclude_unset=True), "vocab_size": len(vocab)})
 
 
 def setup(
