@@ -69,3 +69,19 @@ def test_unknown_kernels_are_refused() -> None:
 
     with pytest.raises(LayoutError, match="kernels eager is unknown"):
         check_training(Layout(), replace(Training(), kernels="eager"), True)
+
+
+def test_gathered_logits_are_kept_whole_on_each_tp_rank() -> None:
+    """``loss_parallel`` off (the head's output gathered on every tp rank, as specc's runtime computes the loss):
+    the last stage keeps all the fp32 logits, not 1/tp of them; the other stage is unchanged."""
+    g = specc.lower(specc.load_spec("gpt2", TINY))
+
+    def stages(loss_parallel: bool) -> list[int]:
+        t = Training(micro_batch=B, global_batch=B, attention="flash", loss_parallel=loss_parallel)
+        cost = analyze_layout(g, Layout(tp=2, pp=2), training=t, is_training=True, seq=N, dtype="fp32")
+        return [int(s["activations"]) for s in cost.stages]
+
+    whole, split = stages(False), stages(True)
+    assert whole[0] == split[0]
+    logits = B * N * 64 * 4  # micro-batches in flight on the last stage: one
+    assert whole[1] - split[1] == logits - logits // 2

@@ -2,7 +2,9 @@
 beside what the run measured on its last step.
 
 Predicted (``specc.analysis.parallel.analyze_layout`` for tp, pp, dp, the micro-batches and the schedule;
-FSDP2 is ZeRO-3 over dp; attention as the run computes it, torch's fused SDPA: ``flash``): per pipeline stage
+FSDP2 is ZeRO-3 over dp; attention as the run computes it, torch's fused SDPA: ``flash``; activations as torch's
+eager ops keep them, ``kernels`` ``torch-cpu`` on the CPU, ``torch`` on a GPU; the head's logits gathered whole on
+every tp rank, as the run's cross-entropy reads them: ``loss_parallel`` off): per pipeline stage
 the weights, gradients, Adam moments and activations, their sum, the bubble formula and, with a device
 profile, the step time.
 
@@ -182,7 +184,8 @@ def predict(run: Any, device_profile: str | None = None) -> list[dict[str, float
     virtual = pipe.virtual if pipe is not None else 1
     t = Training(zero=3 if dp > 1 else 0, micro_batch=micro, global_batch=cfg.batch, schedule=schedule,
                  virtual_stages=virtual if schedule == "interleaved-1f1b" else 1, attention="flash",
-                 kernels="torch-cpu" if run.device.type == "cpu" else "torch")  # fmt: skip
+                 kernels="torch-cpu" if run.device.type == "cpu" else "torch",
+                 loss_parallel=False)  # fmt: skip
     ep = getattr(run, "ep", 1)  # experts sharded over the dp ranks
     cost = analyze_layout(run.graph, Layout(tp=tp, pp=pp, dp=dp, ep=ep), training=t, is_training=True,
                           seq=int(run.lengths[1]), dtype="fp32", device=device_profile)  # fmt: skip

@@ -59,6 +59,8 @@ def activations_per_microbatch(
     outside = _div(st.outside_sharded * b, tp * cp) + _div(st.outside_replicated * b, rep_div)
     if t.kernels != "fused":  # what torch's eager ops keep beyond fused kernels outside the blocks (the final norm)
         outside += _div((st.torch_outside + (st.torch_cpu_outside if cpu else 0)) * b, rep_div)
+    if t.recompute in ("full", "op") and not t.loss_parallel:  # logits gathered on each tp rank: all kept
+        outside += _div(st.logits * b, cp) - _div(st.logits * b, tp * cp)
     if t.recompute == "full":
         return _div(st.full_kept * b, rep_div) + outside  # one block input per block
     if t.recompute == "op":
@@ -72,7 +74,8 @@ def activations_per_microbatch(
     if t.kernels != "fused":  # what torch's eager ops keep beyond fused kernels (a checkpointed core: its input)
         sharded += st.torch_sharded - (st.torch_attention if t.recompute == "selective" else 0)
         replicated += st.torch_replicated + (st.torch_cpu if cpu else 0)
-    return _div(sharded * b, tp * cp) + _div(replicated * b, rep_div)
+    gathered = _div(st.logits * b, cp) - _div(st.logits * b, tp * cp) if not t.loss_parallel else 0
+    return _div(sharded * b, tp * cp) + _div(replicated * b, rep_div) + gathered
 
 
 def recompute_transient(prof: GraphProfile, stage: int, lay: Layout, t: Training, attention: str = "math") -> int:

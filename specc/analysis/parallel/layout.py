@@ -77,6 +77,7 @@ class Training:
     async_tp: bool = False  # tensor-parallel collectives overlapped with the GEMMs next to them
     dp_overlap: bool = True  # gradient sync overlapped with backward (torch DDP, FSDP); False: after it
     kernels: str = "fused"  # what keeps activations (KERNELS): fused (Megatron-Core) | torch | torch-cpu (eager)
+    loss_parallel: bool = True  # cross-entropy on vocabulary shards; False: logits gathered whole on each tp rank
 
 
 def parse_layout(text: str) -> Layout:

@@ -67,6 +67,7 @@ class OpProfile:
     out_bytes: int = 0  # bytes of the op's output (batch 1)
     op_kept: int = 0  # recompute op: bytes of its outputs the policy saves (flash attention: output + LSE)
     op_rerun: float = 0.0  # recompute op: the fraction of its forward the backward reruns
+    logits: int = 0  # output head: the fp32 logits the cross-entropy keeps (part of saved_sharded)
     torch_extra: int = 0  # kept beyond saved_* by torch's eager ops (Mem.saved_torch; sharded iff ``sharded``)
     torch_cpu_extra: int = 0  # … and beyond that on the CPU (Mem.saved_torch_cpu: norms, replicated)
 
@@ -102,6 +103,7 @@ class Stage:
     torch_outside: int = 0  # the part of the three above outside the blocks (kept under any recompute)
     torch_cpu_outside: int = 0
     torch_attention: int = 0  # the attention cores' part of torch_sharded (the packed q|k|v rotary leaves)
+    logits: int = 0  # the fp32 logits the cross-entropy keeps (in outside_sharded: vocabulary-parallel)
 
 
 def _stage(ops: Counter[OpProfile], key: int) -> Stage:
@@ -137,6 +139,7 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         total("torch_extra", False),
         total("torch_cpu_extra", False),
         sum(c * p.torch_extra for p, c in items if p.attention),
+        total("logits"),
     )
 
 
@@ -207,8 +210,10 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
             saved_s, saved_r = c.mem.saved, 0
         if op.kind != "attention":
             sel_s = saved_s
+        logits = 0
         if training and op.name in outputs and op.category == "lm_head":
-            saved_s += numel(shape) * LOSS_BYTES  # vocabulary-parallel cross-entropy keeps fp32 logits
+            logits = numel(shape) * LOSS_BYTES
+            saved_s += logits  # vocabulary-parallel cross-entropy keeps fp32 logits
             sel_s = saved_s
         tp_fwd = width if role == "row" or op.kind == "moe" or (op.kind == "embedding") else 0
         tp_bwd = 0
@@ -266,6 +271,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     op_math=op_math,
                     torch_extra=c.mem.saved_torch,
                     torch_cpu_extra=c.mem.saved_torch_cpu,
+                    logits=logits,
                 ),
             )
         )
