@@ -26,7 +26,7 @@ from cpu_info import cpu_model  # noqa: E402  (bench/ is the script's directory)
 
 from specc import load_spec  # noqa: E402
 from specc.train import TrainConfig, new_run, save_run, train  # noqa: E402
-from specc.train.attention import attention_map, mirror_fraction  # noqa: E402
+from specc.train.attention_maps import attention_map, mirror_fraction  # noqa: E402
 from specc.train.evaluate import evaluate_seq2seq  # noqa: E402
 from specc.train.loop import Run  # noqa: E402
 

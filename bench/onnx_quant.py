@@ -95,8 +95,8 @@ def quality(tmp: Path, steps: int, threads: int, windows: int) -> tuple[list[tup
     from bench_onnx import ort_session
 
     import specc
-    from specc.train.checkpoint import load
     from specc.train.text import read_text
+    from specc.train.training_checkpoint import load
 
     _, text, ckpt, train_s = train_lm(tmp, steps, threads)
     saved = load(ckpt)

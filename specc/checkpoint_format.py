@@ -1,5 +1,5 @@
 """The training checkpoint's format, below both the trainer (``specc.train``) and the distributed checkpoints
-(``specc.parallel.checkpoint``), which both read and write it: the settings a run records (``TrainConfig``),
+(``specc.parallel.sharded_checkpoint``), which both read and write it: the settings a run records (``TrainConfig``),
 what a checkpoint holds once read (``Checkpoint``), and the check of its training state (``specc.train`` in
 the metadata: task, step, vocabulary symbols, settings, evaluation history), field by field as data.
 """

@@ -35,7 +35,7 @@ def _has(feature: str) -> bool:
     if feature == "alibi":
         return "max_bias" in schema.Position.model_fields
     if feature == "rope_import":  # RoPE variants and partial rotary read from config.json
-        return importlib.util.find_spec("specc.interop.rope") is not None
+        return importlib.util.find_spec("specc.interop.rope_config") is not None
     where, name = _FIELDS[feature]
     return name in where.model_fields
 

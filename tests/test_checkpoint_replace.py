@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from specc.train import checkpoint as C
+from specc.train import training_checkpoint as C
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
@@ -36,7 +36,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
 signal.signal(signal.SIGHUP, signal.SIG_DFL)
 from specc.cli import run
-from specc.parallel import checkpoint, shards
+from specc.parallel import sharded_checkpoint, shards
 import specc.io.atomic as atomic
 stage, sig = sys.argv[1], int(sys.argv[2])
 rank = os.environ.get("RANK", "0")
@@ -53,9 +53,9 @@ def after(owner, name, when=lambda *a, **k: True):
 if stage == "shard":  # a rank's shard file is written, the others may not be
     after(shards.ShardWriter, "write_data")
 elif stage == "index":  # every shard and specc.json in the temporary folder, not yet swapped in
-    after(checkpoint, "write_meta")
+    after(sharded_checkpoint, "write_meta")
 elif stage == "swapped":  # the new folder is in place
-    after(checkpoint, "replace_folder")
+    after(sharded_checkpoint, "replace_folder")
 elif stage == "sidecar":  # the pair: the optimizer sidecar renamed over the old one, the weights not yet
     after(atomic.os, "replace", lambda src, dst: str(dst).endswith(".optim.safetensors"))
 elif stage == "renamed":  # an output renamed into place in the working folder (not a temp, not specc's cache)
@@ -104,7 +104,7 @@ def _temps(folder: Path) -> list[Path]:
 
 
 def _step(folder: Path) -> int:
-    from specc.parallel import checkpoint as distributed
+    from specc.parallel import sharded_checkpoint as distributed
 
     return distributed.load(folder).step
 

@@ -89,7 +89,7 @@ def test_a_planted_pickle_runs_nothing_and_is_refused(cli, good: Path, tmp_path:
     for result in _paths(cli, folder, tmp_path):
         _refused(result, ".metadata", "older specc", "--trust-pickled-checkpoint")
     from specc.errors import SpecError
-    from specc.parallel import checkpoint as distributed
+    from specc.parallel import sharded_checkpoint as distributed
 
     for call in (lambda: distributed.load(folder), lambda: distributed.has_optimizer(folder)):
         with pytest.raises(SpecError, match="pickle format"):
@@ -105,7 +105,7 @@ def test_a_folder_of_an_older_specc_reads_only_when_trusted(cli, good: Path, tmp
     read with the flag, and resaved by a resumed run in the data-only format."""
     import torch.distributed.checkpoint as dcp
 
-    from specc.parallel import checkpoint as distributed
+    from specc.parallel import sharded_checkpoint as distributed
 
     ck = distributed.load(good)
     old = tmp_path / "old"

@@ -23,7 +23,7 @@ from specc import SpecError
 from specc.backends.torch.checkpoint import compile_checkpoint, read_spec
 from specc.cli import run
 from specc.interop import safetensors_read as checkpoint
-from specc.train import checkpoint as TC
+from specc.train import training_checkpoint as TC
 
 FUZZ = settings(
     max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True

@@ -146,7 +146,7 @@ _LLAMA = {
     [
         ({**_GPT2, "scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
         ({**_GPT2, "add_cross_attention": True}, "add_cross_attention"),
-        ({**_GPT2, "activation_function": "quick_gelu"}, "activation_function"),
+        ({**_GPT2, "activation_function": "mish"}, "activation_function"),
         (
             {**_LLAMA, "rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}},
             "rope_parameters.low_freq_factor",

@@ -112,10 +112,10 @@ def test_bert_names_old_gamma_beta_and_other_heads(tmp_path: Path) -> None:
     assert all(torch.equal(again[k], out[k]) for k in out)
 
 
-def test_bart_positions_drop_offset_rows_and_logits_bias_squeezed(tmp_path: Path) -> None:
+def test_bart_positions_keep_offset_rows_and_logits_bias_squeezed(tmp_path: Path) -> None:
     model, g, tensors = _load("bart-tied", tmp_path)
-    out = to_specc_names(g, tensors)
-    assert torch.equal(out["encoder.pos.weight"], model.model.encoder.embed_positions.weight[2:])
+    out = to_specc_names(g, tensors)  # BART's 2 leading rows are the table's position.offset rows: kept as stored
+    assert torch.equal(out["encoder.pos.weight"], model.model.encoder.embed_positions.weight)
     assert torch.equal(out["lm_head.bias"], model.final_logits_bias[0])
     assert torch.equal(
         out["decoder.blocks.0.cross_attn.kv.weight"][:32], model.model.decoder.layers[0].encoder_attn.k_proj.weight

@@ -166,7 +166,7 @@ def test_unknown_rope_fields_are_located_errors(tmp_path: Path, fields: dict[str
 def test_per_layer_type_rope_parameters(tmp_path: Path) -> None:
     """transformers 5's per-layer-type form: each layer type gets its own position mapping."""
     from specc.interop.hf_config import HFConfig
-    from specc.interop.rope import rope_position
+    from specc.interop.rope_config import rope_position
 
     folder = _config(
         tmp_path,

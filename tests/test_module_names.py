@@ -14,17 +14,7 @@ PACKAGE = ROOT / "specc"
 # Names still shared by files that other branches edit now; rename them after merging, then delete the entry
 # (the strict xfail below fails as soon as a name is unique, so the list cannot go stale).
 KNOWN_SHARED: dict[str, frozenset[str]] = {
-    "attention": frozenset({"specc/train/attention.py", "specc/backends/torch/layers/attention.py"}),
-    "checkpoint": frozenset(
-        {
-            "specc/backends/torch/checkpoint.py",
-            "specc/parallel/checkpoint.py",
-            "specc/train/checkpoint.py",
-        }
-    ),
-    "model": frozenset({"specc/train/model.py", "specc/backends/torch/layers/model.py"}),
     "parallel": frozenset({"specc/parallel", "specc/analysis/parallel"}),
-    "rope": frozenset({"specc/interop/rope.py", "specc/backends/torch/layers/rope.py"}),
 }
 
 

@@ -11,7 +11,7 @@ import torch
 
 import specc
 from specc.errors import SpecError
-from specc.parallel import checkpoint as distributed
+from specc.parallel import sharded_checkpoint as distributed
 from specc.spec.serialize import SPEC_KEY, spec_json
 
 TINY = ["blocks=1", "d_model=32", "attention.heads=4", "vocab_size=64", "context=16", "dtype=fp32"]

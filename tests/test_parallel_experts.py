@@ -46,7 +46,7 @@ def ep_cases() -> dict[str, dict[str, Any]]:
 def skewed_case() -> dict[str, Any]:
     """``dispatch_combine`` when every token picks rank 0's experts (rank 1 receives and sends nothing back of
     its own) or, on rank 1, when the batch is empty: values and token gradients against the dense sum."""
-    from specc.parallel.experts import dispatch_combine
+    from specc.parallel.expert_parallel import dispatch_combine
 
     r, per = dist.get_rank(), 2  # 4 experts, 2 per rank
 
@@ -77,7 +77,7 @@ def ep_case(kind: str, layout: tuple[int, int] = (2, 1), ep: int = 2) -> dict[st
     from torch.distributed.tensor import DTensor
 
     import specc
-    from specc.parallel.experts import clip_grad_norm
+    from specc.parallel.expert_parallel import clip_grad_norm
 
     spec = _spec(kind)
     ref = specc.build_torch(spec).train()
@@ -173,7 +173,7 @@ def test_each_rank_holds_the_parameter_bytes_the_analyzer_predicts(ranks: list[d
 def test_layouts_expert_parallelism_cannot_run_are_refused_before_any_work() -> None:
     import specc
     from specc.errors import SpecError
-    from specc.parallel.experts import check_expert_parallel
+    from specc.parallel.expert_parallel import check_expert_parallel
 
     moe = specc.lower(_spec("top2"))
     check_expert_parallel(moe, 2, 2)
@@ -213,8 +213,8 @@ def test_torchrun_dp2_ep2_checkpoint_resumes_in_one_process_as_one_straight_run(
     from test_parallel_pipeline_cli import _report
     from test_parallel_torch_cli import _weights_diff, torchrun
 
-    from specc.parallel import checkpoint as distributed
-    from specc.train import checkpoint as C
+    from specc.parallel import sharded_checkpoint as distributed
+    from specc.train import training_checkpoint as C
 
     text = tmp_path / "text.txt"
     # 28 symbols: the embedding and head rows halve over dp, so FSDP2's row split is the analyzer's even one

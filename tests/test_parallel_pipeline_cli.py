@@ -11,7 +11,7 @@ import pytest
 import torch.distributed as dist
 from test_parallel_torch_cli import _plain_kernels, torchrun  # noqa: F401 (an autouse fixture)
 
-from specc.train import checkpoint as C
+from specc.train import training_checkpoint as C
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
@@ -61,7 +61,7 @@ def test_pp2_interleaved_checkpoint_resumes_at_dp2_and_in_one_process_as_one_str
 
 def _report(stdout: str) -> dict[int, dict[str, tuple[float, float]]]:
     """rank → item → (predicted, measured) from ``--report``'s table."""
-    from specc.parallel.report import ITEMS
+    from specc.parallel.rank_report import ITEMS
 
     lines = stdout[stdout.index("report, each cell predicted / measured") :].splitlines()[2:]
     out = {}

@@ -83,7 +83,7 @@ def _full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Gradients whole and in the single-process row order (packed projections are held rank-major)."""
     from torch.distributed.tensor import DTensor
 
-    from specc.parallel.checkpoint import _packed
+    from specc.parallel.sharded_checkpoint import _packed
 
     packed = _packed(model)
     out = {}
@@ -175,7 +175,7 @@ def tp_case(family: str, ckpt: str) -> dict[str, Any]:
     from torch.distributed.tensor import DTensor
 
     import specc
-    from specc.parallel import checkpoint
+    from specc.parallel import sharded_checkpoint
 
     spec = _spec(family)
     ref = specc.build_torch(spec)
@@ -193,9 +193,9 @@ def tp_case(family: str, ckpt: str) -> dict[str, Any]:
     _loss(model, ids).backward()
     grads = _max_diff(_full_grads(model), {n: p.grad for n, p in ref.named_parameters()})
     local = {n: p.to_local() if isinstance(p, DTensor) else p for n, p in model.named_parameters()}
-    checkpoint.save(model, ckpt, spec)
+    sharded_checkpoint.save(model, ckpt, spec)
     again = specc.parallelize(specc.build_torch(_spec(family, "init.seed=7")), mesh)
-    checkpoint.load_into(again, ckpt)  # a fresh parallel model (other seed) takes the saved weights
+    sharded_checkpoint.load_into(again, ckpt)  # a fresh parallel model (other seed) takes the saved weights
     with torch.no_grad():
         reloaded = float((model.eval()(ids[:, :-1], pad) - again(ids[:, :-1], pad)).abs().max())
     return {
@@ -216,7 +216,7 @@ def dp_step_case(family: str, layout: tuple[int, int]) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
 
     import specc
-    from specc.parallel.checkpoint import full_state_dict
+    from specc.parallel.sharded_checkpoint import full_state_dict
 
     spec = _spec(family)
     ref = specc.build_torch(spec).train()
@@ -253,7 +253,7 @@ def test_tp2_logits_gradients_generation_and_bytes_equal_single_process(cli, tmp
 def _check_tp(cli: Any, family: str, results: list[dict[str, Any]], folder: Path) -> None:
     import specc
     from specc.analysis.parallel.shard import per_device_weight_bytes
-    from specc.parallel import checkpoint, local_params
+    from specc.parallel import local_params, sharded_checkpoint
 
     graph = specc.lower(_spec(family))
     name, sets = FAMILIES[family]
@@ -283,7 +283,7 @@ def _check_tp(cli: Any, family: str, results: list[dict[str, Any]], folder: Path
         norms = sum(p.shape[0] for op in graph.ops() if op.kind == "rmsnorm" for p in op.params.values())
         assert results[0]["bytes"] == 4 * ((graph.num_params() - norms) // 2 + norms)
     # the distributed checkpoint holds the single-process weights
-    ck = checkpoint.load(folder)
+    ck = sharded_checkpoint.load(folder)
     ref = specc.build_torch(graph)
     assert _max_diff(ck.weights, ref.state_dict()) == 0.0
 

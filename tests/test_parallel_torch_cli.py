@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from specc.train import checkpoint as C
+from specc.train import training_checkpoint as C
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
@@ -68,7 +68,7 @@ def test_torchrun_dp2_seq2seq_ends_with_single_process_weights_in_a_distributed_
 ) -> None:
     """Reverse task: target lengths differ row to row, so the dp shards hold different token counts and the
     loss must be normalised by the global count to match."""
-    from specc.train import checkpoint as C
+    from specc.train import training_checkpoint as C
 
     spec = write_spec(ENC_DEC)
     common = [spec, "--task", "reverse", "--steps", "3", "--batch", "8", "--max-len", "6", "--eval-size", "8"]
@@ -147,7 +147,7 @@ def test_torchrun_tp2_distributed_checkpoint_with_adam_state_resumes_at_dp2_as_o
     single-process steps end, weights and moments."""
     from safetensors.torch import load_file
 
-    from specc.parallel import checkpoint as distributed
+    from specc.parallel import sharded_checkpoint as distributed
 
     text = tmp_path / "text.txt"
     text.write_text(" ".join(["pack my box with five dozen liquor jugs"] * 10), encoding="utf-8")
@@ -180,7 +180,7 @@ def test_one_process_without_torchrun_trains_on_a_mesh_of_its_own(cli, tmp_path:
     the single-process weights in a distributed checkpoint, the group gone afterwards."""
     from safetensors.torch import load_file
 
-    from specc.parallel import checkpoint as distributed
+    from specc.parallel import sharded_checkpoint as distributed
 
     text = tmp_path / "text.txt"
     text.write_text("pack my box with five dozen liquor jugs " * 4, encoding="utf-8")

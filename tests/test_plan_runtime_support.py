@@ -15,7 +15,7 @@ from specc.analysis.parallel.search import layouts, plan
 from specc.analysis.parallel.support import runtime_facts, runtime_gap
 from specc.errors import SpecError
 from specc.parallel import check_tensor_parallel, launch
-from specc.parallel.experts import check_expert_parallel
+from specc.parallel.expert_parallel import check_expert_parallel
 from specc.parallel.pipeline import check_pipeline
 
 Cli = Callable[..., tuple[int, str, str]]
@@ -100,8 +100,9 @@ def test_plan_json_and_text_name_what_they_left_out(cli: Cli) -> None:
     assert code == 0 and "not run by specc train --parallel: cp > 1 (" in out
 
 
-def test_train_refuses_a_graph_gap_before_any_work(cli: Cli, tmp_path) -> None:
+def test_train_refuses_a_graph_gap_before_any_work(cli: Cli, tmp_path, monkeypatch) -> None:
     """tp over experts with biases (GPT-OSS) is one line and exit 2 before a process group starts."""
+    monkeypatch.setattr(launch, "STARTED", False)  # an earlier in-process run in this worker may have set it
     sets = ["blocks=2", "d_model=64", "attention.heads=4", "attention.kv_heads=2", "attention.head_dim=16",
             "mlp.hidden=32", "mlp.experts=4", "vocab_size=64", "context=256"]  # fmt: skip
     args = [a for s in sets for a in ("--set", s)]

@@ -19,7 +19,7 @@ import specc
 from specc import SpecError
 from specc.analysis.devices import load_device
 from specc.backends.torch.checkpoint import compile_checkpoint, load_checkpoint, read_spec
-from specc.train import checkpoint as TC
+from specc.train import training_checkpoint as TC
 
 TINY = ["blocks=1", "d_model=16", "attention.heads=2", "vocab_size=32", "context=16", "mlp.hidden=32"]
 RNN = """\

@@ -10,7 +10,7 @@ import torch
 
 from specc import load_spec
 from specc.train import TrainConfig, new_run, save_run, train
-from specc.train.attention import attention_map, mirror_fraction
+from specc.train.attention_maps import attention_map, mirror_fraction
 
 SMALL = {
     "name": "reverse-small",

@@ -96,7 +96,7 @@ def _model(spec: str, checkpoint: bool, weights: Path | None, sets: list[str] | 
     from ..backends.torch import build_torch, load_checkpoint, read_spec
 
     if Path(spec).is_dir():  # specc train --parallel -o DIR
-        from ..parallel.checkpoint import load as load_distributed
+        from ..parallel.sharded_checkpoint import load as load_distributed
 
         ck = load_distributed(spec, trust_pickle=trust)
         return ck.spec, build_torch(ck.spec, weights=ck.weights)

@@ -76,7 +76,7 @@ def generate(
             hint=f'specc run {spec} --input-ids "{prompt_ids}" --generate {max_new_tokens}',
         )
     if Path(spec).is_dir():  # specc train --parallel -o DIR
-        from ..parallel.checkpoint import load as load_distributed
+        from ..parallel.sharded_checkpoint import load as load_distributed
 
         if sets:
             raise SpecError("--set does not apply to a checkpoint: its spec is stored in the folder")

@@ -120,8 +120,8 @@ def train(
     from ..parallel import launch
     from ..train import default_device, new_run, resume_run, save_run
     from ..train import train as run_training
-    from ..train.checkpoint import optimizer_path
     from ..train.loop import TrainConfig
+    from ..train.training_checkpoint import optimizer_path
 
     if output is None:
         raise SpecError("missing --output / -o", hint="e.g. -o reverse.safetensors")
@@ -147,7 +147,7 @@ def train(
                        opts.micro_batches(rows, layout["pp"]), layout["dp"], layout["tp"])  # fmt: skip
     if layout is not None and layout["ep"] > 1 and spec is not None and resume is None:  # experts ep divides
         from ..ir.lower import lower
-        from ..parallel.experts import check_expert_parallel
+        from ..parallel.expert_parallel import check_expert_parallel
 
         check_expert_parallel(lower(load(spec, sets)), layout["ep"], layout["dp"], layout["tp"])
     if layout is not None and spec is not None and resume is None:  # the rest of what the runtime runs (plan's rule)
@@ -223,7 +223,7 @@ def train(
         )
         torch.set_grad_enabled(True)
         if report:
-            from ..parallel.report import Measurement
+            from ..parallel.rank_report import Measurement
 
             run.measure = Measurement()
         reporter = RichReporter() if launch.rank() == 0 else None  # None: quiet
@@ -299,7 +299,7 @@ def _check_config(cfg: Any) -> None:
 def _check_outputs(output: Path, spec: str | None, text: Path | None, resume: Path | None) -> None:
     """The checkpoint and its optimizer sidecar: writable, and neither the spec, the text nor (unless it is the
     checkpoint being continued in place, ``--resume CK -o CK``) a resumed run's files."""
-    from ..train.checkpoint import optimizer_path
+    from ..train.training_checkpoint import optimizer_path
 
     if spec is not None:
         note_spec(spec)
@@ -319,7 +319,7 @@ def _check_folder(output: Path, spec: str | None, text: Path | None, resume: Pat
     """A distributed checkpoint folder: a new name, or a folder that holds one already (replaced whole) other
     than the one resumed (read shard by shard while the run goes on), in a folder specc can write in."""
     from ..io import folder_target
-    from ..parallel.checkpoint import is_checkpoint, is_legacy
+    from ..parallel.sharded_checkpoint import is_checkpoint, is_legacy
 
     if spec is not None:
         note_spec(spec)
@@ -349,8 +349,8 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def _report(run: Any, device_profile: str | None) -> None:
-    """Per rank, predicted / measured (``specc.parallel.report``); rank 0 prints every rank's row."""
-    from ..parallel import report as R
+    """Per rank, predicted / measured (``specc.parallel.rank_report``); rank 0 prints every rank's row."""
+    from ..parallel import rank_report as R
 
     if run.measure is None or not run.measure.values:
         raise SpecError("--report measures the run's last step: this run took none", hint="raise --steps")
@@ -395,11 +395,11 @@ def attention_map(
     """Heat-map of cross-attention weights: rows = output tokens (greedy), columns = input tokens."""
     from ..io import image_format
     from ..ir.lower import lower
-    from ..train import checkpoint as C
-    from ..train.attention import attention_map as compute
-    from ..train.model import SEQ2SEQ, build, objective, position_limits
+    from ..train import training_checkpoint as C
+    from ..train.attention_maps import attention_map as compute
     from ..train.plot import save_heatmap
     from ..train.session import default_device
+    from ..train.trainable import SEQ2SEQ, build, objective, position_limits
 
     image_format(output)
     check_output(output, (checkpoint, f"the checkpoint {checkpoint}"))

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..spec import kinds, resolve
 from ..spec.schema import BiasFlags
-from .rope import _FIELDS as ROPE_FIELDS
+from .rope_config import _FIELDS as ROPE_FIELDS
 
 # specc activation → the HF name every family's ACT2FN knows (import maps each back)
 ACTIVATIONS = {

@@ -7,7 +7,7 @@ from typing import Any
 from .family import Family
 from .hf_config import HFConfig
 from .hf_llama_weights import detect, plan
-from .rope import rope_position
+from .rope_config import rope_position
 
 # ------------------------------------------------------------------------------------------------ config
 

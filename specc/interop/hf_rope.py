@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .hf_config import HFConfig
-from .rope import rope_position
+from .rope_config import rope_position
 
 
 def position(

@@ -27,7 +27,7 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init:
     full logits there; ``dp`` ranks take different batches. ``sequence_parallel``: between blocks the residual
     stream is split by positions over ``tp`` too (``specc.parallel.sequence``; whole sequences only). ``ep``:
     the experts of every MoE layer sharded over groups of ``ep`` dp ranks, tokens dispatched to them by
-    all-to-all (``specc.parallel.experts``; ep divides dp).
+    all-to-all (``specc.parallel.expert_parallel``; ep divides dp).
 
     A model larger than one device: build it on the meta device (``build_torch(spec, device="meta")``); it
     is split there and each rank then allocates only its shards (``specc.parallel.materialize``), filled with
@@ -75,7 +75,7 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init:
     dp = mesh["dp"] if "dp" in names else None
     if sequence_parallel and (tp is None or tp.size() == 1):
         raise SpecError("sequence_parallel=True splits positions over tp: the mesh needs a tp dimension > 1")
-    from .experts import apply_expert_parallel, check_expert_parallel
+    from .expert_parallel import apply_expert_parallel, check_expert_parallel
 
     check_expert_parallel(graph, ep, dp.size() if dp is not None else 1, tp.size() if tp is not None else 1)
     split = tp is not None and tp.size() > 1
@@ -85,7 +85,7 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init:
     if ep > 1 and dp is not None:
         experts, replicas = apply_expert_parallel(model, graph, mesh, dp, tp if split else None, ep)
         if replicas is not None:  # ep < dp: the experts sharded over their replica groups first
-            from .experts import shard_replicas
+            from .expert_parallel import shard_replicas
 
             shard_replicas(model, graph, replicas)
             experts = set()  # the blocks' FSDP2 leaves the inner units' parameters to them

@@ -30,7 +30,7 @@ def block_scopes(graph: LayerGraph) -> list[str]:
 
 def apply_fsdp(model: nn.Module, graph: LayerGraph, mesh: DeviceMesh, ignored: set[nn.Parameter] | None = None) -> None:
     """Shard parameters, gradients and optimizer states over ``mesh`` (1-D), one unit per block; ``ignored``:
-    parameters already split over ``mesh`` another way (experts, ``specc.parallel.experts``)."""
+    parameters already split over ``mesh`` another way (experts, ``specc.parallel.expert_parallel``)."""
     for scope in block_scopes(graph):
         fully_shard(model.get_submodule(scope), mesh=mesh, ignored_params=ignored)
     fully_shard(model, mesh=mesh, ignored_params=ignored)

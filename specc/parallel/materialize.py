@@ -6,7 +6,7 @@
 - with the single-process seeded init: every rank replays the model's one seeded CPU generator in parameter
   order (``Model.init_weights``), draws each parameter whole, keeps its own shard and drops the rest, so the
   peak is one full parameter, never the model, and the values equal ``build_torch(spec)``'s;
-- or not at all, for a checkpoint to fill (``specc.parallel.checkpoint.load_into``, or ``load_full`` below).
+- or not at all, for a checkpoint to fill (``specc.parallel.sharded_checkpoint.load_into``, or ``load_full`` below).
 
 Packed projections are held rank-major (``specc.parallel.tensor``): a drawn or loaded whole tensor is put in
 that order before it is split, as ``apply_tensor_parallel`` does to a real model.

@@ -13,7 +13,7 @@ itself stays permuted, and its module's state-dict hooks do the exchange instead
 
 Each packed parameter is gathered whole once per call (one tensor at a time), so ``state_dict()`` of a
 tensor-parallel model is a collective: every rank of the mesh calls it. Gradients and optimizer moments stay
-rank-major (``specc.parallel.checkpoint`` writes and reads those in the single-process layout).
+rank-major (``specc.parallel.sharded_checkpoint`` writes and reads those in the single-process layout).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def apply_tensor_parallel(
 ) -> None:
     """Split ``model`` (built from ``graph``) over the 1-D ``mesh`` by the IR's plan, in place; ``sequence``:
     the residual stream between blocks split by positions too (``specc.parallel.sequence``); ``experts=False``:
-    the MoE layers are left to expert parallelism (``specc.parallel.experts`` splits them over dp and tp)."""
+    the MoE layers are left to expert parallelism (``specc.parallel.expert_parallel`` splits them over dp and tp)."""
     tp = mesh.size()
     check_tensor_parallel(graph, tp)
     with torch.no_grad():

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 
 from .decode import greedy_seq2seq
 from .metrics import Score, teacher_forced_acc
-from .model import lm_logits
 from .tasks import Pair, Task, collate
 from .text import TextData
+from .trainable import lm_logits
 
 EVAL_SEED_OFFSET = 1_000_003  # eval sets never share a generator seed with training batches
 

@@ -20,7 +20,7 @@ from ..errors import SpecError
 from ..ir.graph import LayerGraph
 from ..ir.lower import lower
 from ..parallel import data as data_parallel
-from . import model as M
+from . import trainable as M
 from .evaluate import eval_pairs, evaluate_lm, evaluate_seq2seq
 from .metrics import teacher_forced_acc
 from .schedule import SCHEDULES, lr_at, step_seed
@@ -65,8 +65,8 @@ class Run:
     mesh: Any = None  # a ("dp", "tp") or ("pp", "dp", "tp") DeviceMesh when the model is parallelized
     pipeline: Any = None  # specc.parallel.pipeline.Pipeline when pp > 1 (``model``: this rank's share)
     resumed_optimizer: bool = False  # the optimizer state came from the resumed checkpoint
-    measure: Any = None  # specc.parallel.report.Measurement: records the last step (train --report)
-    ep: int = 1  # expert parallel degree: MoE experts sharded over the dp ranks (specc.parallel.experts)
+    measure: Any = None  # specc.parallel.rank_report.Measurement: records the last step (train --report)
+    ep: int = 1  # expert parallel degree: MoE experts sharded over the dp ranks (specc.parallel.expert_parallel)
 
     @property
     def lengths(self) -> tuple[int, int]:
@@ -125,7 +125,7 @@ def setup(
 ) -> Run:
     """Build the task data, the model and the optimizer (``weights`` / ``vocab`` when resuming); with a
     ``mesh`` the model is parallelized over it and each dp rank trains on its rows of every global batch;
-    ``shards``: a distributed checkpoint folder (``specc.parallel.checkpoint.open_folder``, checked) each rank
+    ``shards``: a distributed checkpoint folder (``specc.parallel.sharded_checkpoint.open_folder``, checked) each rank
     reads its shards of the weights and the optimizer state from (``run.resumed_optimizer`` says whether it
     held the latter). A mesh with a ``pp`` dimension pipelines the model (``pipeline``: its
     ``specc.parallel.pipeline.PipelineOptions``)."""
@@ -174,14 +174,14 @@ def setup(
         if weights is not None:
             materialize.load_full(model, weights)
         elif shards is not None:
-            from ..parallel.checkpoint import load_into
+            from ..parallel.sharded_checkpoint import load_into
 
             load_into(model, shards)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     run = Run(spec, graph, cfg, model, optimizer, vocab, device, task=task, text=text, mesh=mesh, pipeline=pipe, ep=ep)
     if shards is not None:
-        from ..parallel.checkpoint import load_optimizer
+        from ..parallel.sharded_checkpoint import load_optimizer
 
         run.resumed_optimizer = load_optimizer(model, optimizer, shards)
     if task is not None:
@@ -191,7 +191,7 @@ def setup(
 
 def train_step(run: Run) -> tuple[float, float]:
     """One optimizer update; returns (loss, teacher-forced token accuracy) of its batch. ``run.measure``:
-    the run's last step is measured (``specc.parallel.report``)."""
+    the run's last step is measured (``specc.parallel.rank_report``)."""
     if run.measure is not None and run.step == run.cfg.steps - 1:
         with run.measure.step(run):
             return _train_step(run)
@@ -233,7 +233,7 @@ def _train_step(run: Run) -> tuple[float, float]:
     run.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.clip > 0 and 1 < run.ep < run.mesh["dp"].size():  # expert gradients on their groups' mesh
-        from ..parallel.experts import clip_grad_norm
+        from ..parallel.expert_parallel import clip_grad_norm
 
         clip_grad_norm(run.model.parameters(), cfg.clip)
     elif cfg.clip > 0:

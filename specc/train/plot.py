@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..io import atomic_write, image_format
-from .attention import AttentionMap
+from .attention_maps import AttentionMap
 
 
 def save_heatmap(m: AttentionMap, path: str | Path, name: str) -> Path:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..errors import SpecError
-from . import checkpoint as C
+from . import training_checkpoint as C
 from .loop import Run, TrainConfig, setup
 
 
@@ -41,7 +41,7 @@ def resume_run(
     """Continue a checkpoint: its spec, task and settings, with ``overrides`` (flags given) on top; with a
     ``mesh``, parallelized over it (any layout: checkpoints hold the single-process layout; a distributed
     checkpoint folder is read shard by shard, never whole). ``trust_pickle``: a folder of an older specc."""
-    from ..parallel import checkpoint as distributed
+    from ..parallel import sharded_checkpoint as distributed
 
     sharded = mesh is not None and Path(path).is_dir()
     folder = distributed.open_folder(path, trust_pickle) if sharded else None  # checked once, read by every rank
@@ -115,7 +115,7 @@ def save_parallel(run: Run, path: str | Path, state: dict[str, Any], last: bool 
 
     from ..io import outputs_complete
     from ..io.signals import signals_blocked
-    from ..parallel import checkpoint as distributed
+    from ..parallel import sharded_checkpoint as distributed
 
     if not str(path).endswith(".safetensors"):
         return distributed.save(run.model, path, run.spec, state, run.optimizer, last=last)
@@ -143,7 +143,7 @@ def _save_pipelined_file(run: Run, path: Path, state: dict[str, Any], last: bool
 
     from ..io import discard_stage, folder_stage, outputs_complete
     from ..io.signals import signals_blocked
-    from ..parallel import checkpoint as distributed
+    from ..parallel import sharded_checkpoint as distributed
 
     lead = dist.get_rank() == 0
     box: list[str | None] = [str(folder_stage(path.with_name(path.name + ".stages"))) if lead else None]

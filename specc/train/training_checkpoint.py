@@ -156,7 +156,7 @@ def load(path: str | Path, with_optimizer: bool = False, trust_pickle: bool = Fa
 
     p = Path(path)
     if p.is_dir():
-        from ..parallel import checkpoint as distributed
+        from ..parallel import sharded_checkpoint as distributed
 
         return distributed.load(p, with_optimizer=with_optimizer, trust_pickle=trust_pickle)
     meta, weights = _read(p, "checkpoint")

@@ -89,7 +89,7 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def full_optimizer_tensors(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
     """The optimizer's per-parameter state whole, as ``<param>.<slot>`` tensors in the single-process layout
-    (``specc.train.checkpoint``'s sidecar), on every rank (all ranks must call it)."""
+    (``specc.train.training_checkpoint``'s sidecar), on every rank (all ranks must call it)."""
     osd = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
     packed = _packed(model)
     out = {}
