@@ -13,7 +13,7 @@ import torch
 import specc
 from specc.analysis.parallel import Layout, Training
 from specc.analysis.parallel.run import analyze_layout
-from specc.parallel.report import SavedTensors
+from specc.parallel.rank_report import SavedTensors
 
 TINY = ["blocks=2", "d_model=64", "attention.heads=4", "mlp.hidden=128", "context=32", "vocab_size=64", "dtype=fp32"]
 CASES = {

@@ -125,7 +125,7 @@ MLA = ["blocks=2", "d_model=32", "attention.heads=4", "vocab_size=50", "context=
 def test_planned_pp2_of_a_deepseek_like_model_trains_as_one_process(cli: Cli, tmp_path) -> None:
     """The plan returns pp layouts for DeepSeek-V3 (latent attention, a dense block before the MoE ones, whose
     generated forward indexes its blocks); pp=2 under torchrun ends with the one-process weights."""
-    from specc.train import checkpoint as C
+    from specc.train import training_checkpoint as C
 
     g = specc.lower(specc.load_spec("deepseek-v3", MLA))
     assert any(p.layout.pp == 2 and p.layout.tp == 1 for p in plan(g, 2, training=True, top=100).plans)
