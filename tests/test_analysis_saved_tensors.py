@@ -1,7 +1,7 @@
 """The analyzer's activations for a training step as specc's torch layers run it on the CPU (``kernels``
 ``torch-cpu``) against the bytes autograd really saves (``saved_tensors_hooks``, each storage once, as
 ``train --parallel ... --report`` measures them): within 10% for Llama-style models (RMSNorm, SwiGLU, GQA,
-RoPE), QK-norm (Qwen3), the (1 + w) norm (Gemma) and GPT-2. One process, tiny models: seconds."""
+RoPE), QK-norm (Qwen3), the (1 + w) norm (Gemma), a top-2 MoE (Mixtral) and GPT-2. One process, tiny models: seconds."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ CASES = {
     "qwen3-8b": ["attention.kv_heads=2"],
     "gemma-7b": ["attention.kv_heads=1", "attention.head_dim=16"],
     "gpt2": [],
+    "mixtral-8x7b": ["attention.kv_heads=2"],  # top-2 of 8 SwiGLU experts, sorted dispatch
 }
 B, N = 4, 32
 

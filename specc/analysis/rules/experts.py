@@ -50,7 +50,12 @@ def moe_memory(a: MoEAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     saved = routed * d + routed * h * _mats(a) + t * e  # dispatched inputs, hidden activations, router probs
     hidden_trip = 2 * routed * h * (_mats(a) - 1)  # expert hidden states written and read back
     touched = min(e, routed)  # experts that receive at least one token (all of them for big batches)
+    # the torch layer's dispatch also keeps act(gate) (SwiGLU), the experts' outputs and their weighted copy, the
+    # int64 sort order, token and top-k indices and the fp32 gate weights (per token, gathered per pair) and sums
+    act = routed * h if a.expert == "swiglu" else 0
+    torch_extra = (act + 2 * routed * d) * ctx.bytes + (2 * routed + t * k) * 8 + (t * k + routed + t) * C.STAT_BYTES
     return Mem(
+        saved_torch=torch_extra,
         saved=saved * ctx.bytes,
         io=io_bytes(ins, out, ctx) + hidden_trip * ctx.bytes,
         weights_read=touched * _expert_params(a),
