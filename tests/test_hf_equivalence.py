@@ -19,7 +19,7 @@ from specc.interop import import_hf
 ort = pytest.importorskip("onnxruntime")
 
 ATOL = 1e-4
-GEN_CASES = [c for c in CASES if c.text and c.family not in ("bert", "cliptext")]
+GEN_CASES = [c for c in CASES if c.text and c.family not in ("bert", "cliptext", "modernbert")]
 
 
 @dataclass
@@ -74,8 +74,9 @@ def _inputs(s: Saved) -> dict[str, torch.Tensor]:
 def _reference(s: Saved, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         out = s.hf(**x)
-    if s.case.arch in ("BertModel", "ViTModel", "CLIPVisionModel", "CLIPTextModel", "SiglipVisionModel"):
-        pooled = {"pooler_output": out.pooler_output} if out.pooler_output is not None else {}
+    towers = ("CLIPVisionModel", "CLIPTextModel", "SiglipVisionModel", "ModernBertModel")
+    if s.case.arch in ("BertModel", "ViTModel", *towers):
+        pooled = {"pooler_output": out.pooler_output} if getattr(out, "pooler_output", None) is not None else {}
         return {"last_hidden_state": out.last_hidden_state, **pooled}
     return {"logits": out.logits}
 
@@ -145,6 +146,8 @@ MUTATIONS = [
     ("vit-cls", "attention.scale", "1/head_dim"),  # 2.6e-5
     ("vit-clip", "mlp.activation", "gelu"),  # quick_gelu read as gelu
     ("vit-siglip", "norm.eps", 1e-2),  # another eps in every norm, the pooling head's too
+    ("modernbert-mlm", "layer_kinds.local.attention.window", 8),  # wider two-sided windows
+    ("modernbert-model", "layer_kinds.local.position.theta", 1000.0),  # the global layers' RoPE base
     ("cliptext-eos", "eos_token", 95),  # pooled at another token
     ("cliptext-legacy", "attention.mask", "none"),  # bidirectional instead of causal
     ("bart-tied", "mlp.activation", "gelu_tanh"),  # 1.5e-7

@@ -1,8 +1,9 @@
-"""Encoder towers imported from config.json (CLIP vision and text, SigLIP vision): the analyzer's matmul FLOPs
-equal FlopCounterMode on the generated module, and the features that make them towers are in the graph (no final
-norm over CLIP's tokens, a bias-free patch conv, the class token's own norm, SigLIP's probe and its one more
-fused attention node). The torch / ONNX / parameter checks against HF are the zoo's (test_hf_equivalence.py,
-cases vit-clip, vit-siglip*, cliptext-*)."""
+"""Encoders and towers imported from config.json (CLIP vision and text, SigLIP vision, ModernBERT): the
+analyzer's matmul FLOPs equal FlopCounterMode on the generated module, and the features that make them what they
+are sit in the graph (no final norm over CLIP's tokens, a bias-free patch conv, the class token's own norm,
+SigLIP's probe and its one more fused attention node, ModernBERT's alternating two-sided windows). The torch /
+ONNX / parameter checks against HF are the zoo's (test_hf_equivalence.py, cases vit-clip, vit-siglip*,
+cliptext-*, modernbert-*)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,37 @@ def test_siglip_has_no_class_token_and_an_attention_pooling_head(tmp_path: Path)
     assert "cls_token.token" not in g.params() and "norm_f.weight" in g.params()
     assert g.op("head.probe").kind == "probe" and g.op("head.attn.core").attrs.cross
     assert g.shape_of("head.probe") == ("B", 1, 32)
+
+
+@pytest.mark.parametrize("case_id", ["modernbert-mlm", "modernbert-model"])
+def test_modernbert_flops_equal_flop_counter(tmp_path: Path, case_id: str) -> None:
+    spec = _spec(BY_ID[case_id], tmp_path)
+    ids = torch.randint(3, 90, (2, 11), generator=torch.Generator().manual_seed(0))
+    _flops(spec, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, 2, 11)
+
+
+def test_modernbert_layers_alternate_global_and_two_sided_local(tmp_path: Path) -> None:
+    spec = _spec(BY_ID["modernbert-mlm"], tmp_path)  # 4 layers, global every 3rd: global, local, local, global
+    g = specc.lower(spec)
+    cores = [g.op(f"blocks.{i}.attn.core").attrs for i in range(4)]
+    assert [(a.mask, a.window, a.rope_theta) for a in cores] == [
+        ("padding", None, 1000.0),
+        ("local", 4, 50.0),
+        ("local", 4, 50.0),
+        ("padding", None, 1000.0),
+    ]
+    params = g.params()
+    assert "blocks.0.norm1.weight" not in params and "blocks.1.norm1.weight" in params  # no attention norm in 0
+    assert not any(n.endswith(".bias") and not n.startswith("lm_head") for n in params)  # bias-free but the decoder
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 11, 40])
+@pytest.mark.parametrize("window", [1, 2, 4, 7, 128])
+def test_local_mask_pairs_count_the_two_sided_window(n: int, window: int) -> None:
+    from specc.analysis.rules.attention_core import visible_pairs
+
+    want = sum(1 for q in range(n) for k in range(n) if abs(k - q) <= window // 2)
+    assert visible_pairs("local", n, n, window) == want
 
 
 def test_clip_text_flops_equal_flop_counter(tmp_path: Path) -> None:
@@ -132,6 +164,13 @@ _IMAGE = "name: v\nkind: vit\nimage: {size: 16, patch: 4}\nd_model: 32\nblocks: 
     ("text", "line", "words"),
     [
         (_TEXT + "head: mlm\neos_token: 7\n", 9, "eos_token is only used by head: eos"),
+        (
+            _TEXT.replace("encoder", "decoder").replace("{heads: 4}", "{heads: 4, mask: local, window: 4}"),
+            7,
+            "for encoders",
+        ),
+        (_TEXT.replace("{heads: 4}", "{heads: 4, mask: local}"), 7, "mask local needs attention.window"),
+        (_TEXT + "norm: {placement: post, skip_first: true}\n", 8, "norm.skip_first drops the first pre-norm"),
         (_TEXT + "head: eos\neos_token: 50\n", 9, "eos_token 50 is not below vocab_size 50"),
         (_IMAGE + "pooling: none\nhead: pooled\n", 7, "head: pooled pools a token, but pooling is none"),
         (_IMAGE.replace("patch: 4", "patch: 5") + "head: none\n", 3, "image 16 is not divisible by patch 5"),

@@ -76,9 +76,9 @@ ZOO: dict[str, tuple[str, dict[str, Any], str, str]] = {
     ),
     "ModernBertModel": (
         "ModernBertConfig",
-        dict(_DEC, num_hidden_layers=3, local_attention=8, global_attn_every_n_layers=3),
-        "local attention windows",
-        "global_attn_every_n_layers",
+        dict(_DEC, num_hidden_layers=3, local_attention=8, global_attn_every_n_layers=3, pad_token_id=0),
+        "",
+        "",
     ),
     "CLIPTextModel": ("CLIPTextConfig", dict(_TOWER, vocab_size=96, eos_token_id=95), "", ""),
     "CLIPTextModelWithProjection": ("CLIPTextConfig", dict(_TOWER, vocab_size=96), "text projection", "projection_dim"),

@@ -427,6 +427,48 @@ def bert(s: Any) -> dict[str, Any]:
     }
 
 
+def modernbert(s: Any) -> dict[str, Any]:
+    """Global and two-sided local layers by ``layer_types``, each type's RoPE base by ``rope_parameters``."""
+    n = s.norm
+    need(n.type == "layernorm" and n.placement == "pre" and n.embedding and n.skip_first, ("norm",), "these norms")
+    need(resolve.final_norm(s), ("norm", "final"), "no final norm")
+    need(s.mlp.type == "swiglu", ("mlp", "type"), f"a {s.mlp.type} MLP (ModernBERT's is gated)")
+    need(s.position.type == "rotary" and s.position.scaling is None, ("position",), "positions other than RoPE")
+    need(s.type_vocab_size == 0, ("type_vocab_size",), "token types")
+    need(_bias(s, "qkv") == _bias(s, "out"), ("bias",), "q/k/v and output biases that differ")
+    types, thetas, windows = [], {}, set()
+    for layer in _layers(s):
+        a, local = layer.attention, layer.attention.mask == "local"
+        need(a.mask in ("local", "padding", "none"), ("attention", "mask"), f"mask {a.mask}")
+        t = "sliding_attention" if local else "full_attention"
+        types.append(t)
+        need(thetas.setdefault(t, layer.position.theta) == layer.position.theta, ("position",), "per-layer thetas")
+        if local:
+            windows.add(a.window)
+    need(len(windows) <= 1, ("layer_kinds",), "local windows of several widths")
+    return {
+        "vocab_size": s.vocab_size,
+        "max_position_embeddings": s.context,
+        "hidden_size": s.d_model,
+        "num_hidden_layers": s.blocks,
+        "num_attention_heads": s.attention.heads,
+        "intermediate_size": s.mlp.hidden,
+        "hidden_activation": _act(s.mlp.activation, ("mlp", "activation")),
+        "classifier_activation": _act(s.head_activation, ("head_activation",)),
+        "norm_eps": s.norm.eps,
+        "norm_bias": _bias(s, "norm"),
+        "attention_bias": _bias(s, "qkv"),
+        "mlp_bias": _bias(s, "mlp"),
+        "classifier_bias": _bias(s, "mlp"),
+        "decoder_bias": _bias(s, "head"),
+        "layer_types": types,
+        "local_attention": windows.pop() if windows else 128,
+        "rope_parameters": {t: {"rope_type": "default", "rope_theta": theta} for t, theta in thetas.items()},
+        "tie_word_embeddings": s.tie_embeddings,
+        "pad_token_id": 0,
+    }
+
+
 def roberta(s: Any) -> dict[str, Any]:
     """BERT's config with positions after the padding id: offset = pad_token_id + 1, counted by real tokens."""
     p = s.position
@@ -838,6 +880,8 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "GptOssForCausalLM": ("gpt_oss", gpt_oss),
     "BertForMaskedLM": ("bert", bert),
     "BertModel": ("bert", bert),
+    "ModernBertForMaskedLM": ("modernbert", modernbert),
+    "ModernBertModel": ("modernbert", modernbert),
     "RobertaForMaskedLM": ("roberta", roberta),
     "RobertaModel": ("roberta", roberta),
     "DistilBertForMaskedLM": ("distilbert", distilbert),
@@ -895,6 +939,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "RobertaModel",
         "DistilBertForMaskedLM",
         "DistilBertModel",
+        "ModernBertForMaskedLM",
+        "ModernBertModel",
         "CLIPTextModel",
     ),
     "vit": ("ViTForImageClassification", "ViTModel", "CLIPVisionModel", "SiglipVisionModel"),
@@ -907,7 +953,7 @@ def config(s: Any, arch: str) -> dict[str, Any]:
     model_type, write = WRITERS[arch]
     if s.kind == "encoder":
         head = "mlm" if arch.endswith("ForMaskedLM") else "none" if arch == "DistilBertModel" else "pooled"
-        head = "eos" if arch == "CLIPTextModel" else head
+        head = "eos" if arch == "CLIPTextModel" else "none" if arch == "ModernBertModel" else head
         need(s.head == head, ("head",), f"a {s.head} head ({arch} has {head})")
     if s.kind == "vit":
         heads = {"ViTForImageClassification": "classifier", "ViTModel": "pooled", "CLIPVisionModel": "pooled_norm"}

@@ -62,11 +62,6 @@ ROWS: tuple[Missing, ...] = (
         lambda d: d.get("use_qk_norm", True) is not False,
     ),
     Missing(
-        "two-sided local attention windows alternating with global layers (local_attention) are not supported",
-        ("ModernBertModel", "ModernBertForMaskedLM"),
-        ("global_attn_every_n_layers", "layer_types", "local_attention", "model_type"),
-    ),
-    Missing(
         "the text projection of a CLIP text tower (text_projection, projection_dim) is not supported",
         _CLIP_TEXT,
         ("projection_dim", "model_type"),

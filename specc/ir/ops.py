@@ -394,7 +394,7 @@ class AttentionAttrs(OpAttrs):
     heads: int
     kv_heads: int
     head_dim: int
-    mask: Literal["none", "causal", "padding", "sliding_window", "prefix", "chunked"] = "causal"
+    mask: Literal["none", "causal", "padding", "sliding_window", "prefix", "chunked", "local"] = "causal"
     window: int | None = None
     prefix: int | None = None
     scale: float | None = None  # None: 1/√head_dim (lowering always resolves it)
@@ -462,7 +462,7 @@ class LatentAttentionAttrs(OpAttrs):
     rope_head_dim: int
     v_head_dim: int
     kv_rank: int
-    mask: Literal["none", "causal", "padding", "sliding_window", "prefix", "chunked"] = "causal"
+    mask: Literal["none", "causal", "padding", "sliding_window", "prefix", "chunked", "local"] = "causal"
     window: int | None = None
     prefix: int | None = None
     chunk: int | None = None

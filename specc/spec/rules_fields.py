@@ -47,6 +47,12 @@ def attention_rules(spec: _Transformer) -> Any:
             "each K/V head serves a whole group of query heads: pick kv_heads dividing heads (1 = MQA)",
             also=(("attention", "heads"),),
         )
+    if a.mask == "local" and not isinstance(spec, EncoderSpec):
+        yield Violation(
+            ("attention", "mask"),
+            f"mask local (two-sided windows) is for encoders, not kind {kind_name(spec)}",
+            "use mask: sliding_window on a decoder",
+        )
     if a.mask in ("padding", "none") and isinstance(spec, DecoderSpec):
         yield Violation(
             ("attention", "mask"),
@@ -61,6 +67,8 @@ def attention_rules(spec: _Transformer) -> Any:
         ("chunk", "chunked", "8192", "a chunk that covers the whole context is a plain causal mask"),
     ):
         value = getattr(a, field)
+        if field == "window" and mask == "local":
+            kind = "local"  # the window's other use: two-sided
         if mask == kind and value is None:
             yield Violation(("attention", "mask"), f"mask {kind} needs attention.{field}", f"add {field}: {example}")
         if value is not None and mask != kind:
@@ -408,6 +416,14 @@ def vit_rules(spec: ViTSpec) -> Any:
 
 
 def encoder_rules(spec: EncoderSpec) -> Any:
+    n = spec.norm
+    if n.skip_first and (n.placement != "pre" or spec.parallel != "none"):
+        yield Violation(
+            ("norm", "skip_first"),
+            f"norm.skip_first drops the first pre-norm; this model's norms are {n.placement}"
+            + (f", {spec.parallel} sublayers" if spec.parallel != "none" else ""),
+            "use it with norm.placement: pre and sequential sublayers",
+        )
     if spec.eos_token is not None and spec.head != "eos":
         yield Violation(
             ("eos_token",),

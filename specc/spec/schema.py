@@ -99,12 +99,18 @@ class Attention(_Strict):
     heads: SInt = Field(..., ge=1, le=MAX_HEADS, description="query heads H")
     kv_heads: SInt | None = Field(None, ge=1, le=MAX_HEADS, description="K/V heads (GQA/MQA); default H")
     head_dim: SInt | None = Field(None, ge=1, le=MAX_WIDTH, description="D_H; default d_model / heads")
-    mask: Literal["causal", "none", "padding", "sliding_window", "prefix", "chunked"] | None = Field(
+    mask: Literal["causal", "none", "padding", "sliding_window", "prefix", "chunked", "local"] | None = Field(
         None,
-        description="self-attention visibility (default: causal for decoders, none otherwise); padding masks "
-        "also come from attention_mask at run time",
+        description="self-attention visibility (default: causal for decoders, none otherwise); local: the keys "
+        "at most window // 2 positions away on either side (ModernBERT's local layers, encoders only); padding "
+        "masks also come from attention_mask at run time",
     )
-    window: SInt | None = Field(None, ge=1, le=MAX_CONTEXT, description="sliding_window: keys visible behind")
+    window: SInt | None = Field(
+        None,
+        ge=1,
+        le=MAX_CONTEXT,
+        description="sliding_window: keys visible behind; local: the window's width (window // 2 each side)",
+    )
     prefix: SInt | None = Field(None, ge=1, le=MAX_CONTEXT, description="prefix: bidirectional prefix length")
     chunk: SInt | None = Field(
         None, ge=1, le=MAX_CONTEXT, description="chunked: a query sees the keys of its own chunk of this many positions"
@@ -142,6 +148,11 @@ class Norm(_Strict):
     unit_offset: SBool = Field(False, description="RMSNorm weight applied as (1 + weight), starting at 0 (Gemma)")
     final: SBool | None = Field(None, description="norm after the last block; default: false for post, else true")
     embedding: SBool = Field(False, description="norm after the embedding sum (BERT)")
+    skip_first: SBool = Field(
+        False,
+        description="pre-norm: no norm before the first block's attention, whose input the embedding norm already "
+        "normalised (ModernBERT)",
+    )
 
 
 class ClassicMLP(_Strict):

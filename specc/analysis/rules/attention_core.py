@@ -31,6 +31,11 @@ def visible_pairs(
         return _sum_min(first, last, nk)
     if mask == "sliding_window":
         return _sum_min(first, last, window or nk)
+    if mask == "local" and window is not None and nq == nk:  # keys within window // 2 either side
+        w = window // 2
+        m = min(w, nk)
+        edge = m * w - m * (m - 1) // 2  # the keys a row near either end misses
+        return nk * (2 * w + 1) - 2 * edge
     if mask == "chunked" and chunk:
         return _chunked(last + 1, chunk) - _chunked(first, chunk)
     if mask == "prefix":

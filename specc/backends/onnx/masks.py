@@ -48,6 +48,10 @@ def structural_keep(b: GraphBuilder, op: Op, q: str) -> str | None:
         # `window` keys visible, self included: q - window < k <= q
         low = b.op("Sub", [qpos, b.const(np.array(int(a.window), np.int64), "window")], scope="mask")
         keep = b.op("And", [causal, b.op("Greater", [kpos, low], scope="mask")], scope="mask")
+    elif kind == "local":  # two-sided: |k - q| <= window // 2
+        half = b.const(np.array(int(a.window) // 2, np.int64), "half_window")
+        dist = b.op("Abs", [b.op("Sub", [kpos, qpos], scope="mask")], scope="mask")
+        keep = b.op("LessOrEqual", [dist, half], scope="mask")
     elif kind == "prefix":
         # the first `prefix` positions see each other (and every later position sees them); the rest are causal.
         # When positions follow the padding mask they are each row's own (a left-padded row's prefix starts at

@@ -254,7 +254,8 @@ def block(
     def sub(name: str, nk: str, x: str, make: Any) -> str:
         add = f"{p}.add_{name}"
         if placement == "pre":
-            return _residual(c, add, x, make(norm_at(nk, x)), layer)
+            skip = nk == "norm1" and layer == 0 and c.spec.norm.skip_first  # ModernBERT's first block
+            return _residual(c, add, x, make(x if skip else norm_at(nk, x)), layer)
         if placement == "post":
             return norm_at(nk, _residual(c, add, x, make(x), layer))
         branch = make(norm_at(nk, x)) if placement == "sandwich" else make(x)

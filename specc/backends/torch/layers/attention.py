@@ -64,6 +64,8 @@ class AttentionCore(nn.Module):
         seen = k <= q if self.mask in ("causal", "sliding_window", "chunked") else torch.ones_like(k <= q)
         if self.mask == "sliding_window":  # `window` keys back, self included
             seen = seen & (k > q - (self.window or 0))
+        if self.mask == "local":  # two-sided: window // 2 keys either side, self included (ModernBERT)
+            seen = (k - q).abs() <= (self.window or 0) // 2
         if self.mask == "chunked":  # causal inside each chunk of positions
             seen = seen & (k // self.chunk == q // self.chunk)
         return seen
