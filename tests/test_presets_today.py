@@ -34,6 +34,7 @@ PUBLISHED = {
     "flan-t5-xl": 2_849_757_184,  # with its own head, as the released checkpoint loads
     "clip-vit-large-patch14": 303_179_776,  # the vision tower (CLIPVisionModel)
     "siglip-so400m": 428_225_600,  # the vision tower (SiglipVisionModel), patch 14 at 384
+    "modernbert-base": 149_655_232,  # ModernBertForMaskedLM, its decoder tied to the embedding
 }
 
 

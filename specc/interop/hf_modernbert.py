@@ -43,6 +43,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     cfg.ignore("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")
     cfg.ignore("initializer_cutoff_factor", "deterministic_flash_attn", "sparse_prediction", "sparse_pred_ignore_index")
     cfg.ignore("reference_compile", "repad_logits_with_grad")
+    cfg.ignore("layer_norm_eps", "position_embedding_type")  # left in the released configs; ModernBERT reads neither
     head = _HEADS[arch]
     act = cfg.activation("hidden_activation", "gelu")
     bias = {
