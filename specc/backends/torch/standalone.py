@@ -172,7 +172,7 @@ Needs torch (safetensors for weights), not specc. build() loads WEIGHTS (specc{h
 '''
     load = "from_hf(model, tensors, HF_NAMES, HOW, HF_TIED, HF_SKIP)" if names else "tensors"
     config_arg = "config" if sizes else ""
-    config_doc = ".\n    ``config``: other sizes (a smaller variant, seeded weights).\n    " if sizes else "."
+    config_doc = "; ``config``: other sizes." if sizes else "."
     config_class = ("\n".join(sizes.source(name)) + "\n\n\n") if sizes else ""
     config = ", config: Config | None = None" if sizes else ""
     tail = f'''
@@ -182,19 +182,21 @@ DTYPES = {{"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def build(weights: str | None = WEIGHTS, device: str | None = None, dtype: str | None = None{config}) -> {src.root}:
-    """The model on ``device`` (default CPU) in ``dtype`` (default the spec's), in eval mode{config_doc}"""
+    """The model on ``device`` (default CPU) in ``dtype`` (the spec's), in eval mode{config_doc}"""
     dt, device = DTYPES[dtype or {src.root}.META["dtype"]], device or "cpu"
     with torch.device("meta"):
         model = {src.root}({config_arg}).to(dt)
     if weights is None:
         return model.to_empty(device=device).init_weights().eval()
     from safetensors.torch import load_file
-
     tensors = load_file(str(Path(__file__).resolve().parent / weights), device=device)
     model.load_state_dict({load}, assign=True)
     return model.to(dt).eval()
 '''
-    used = specialise(library + "\n\n\n" + config_class + src.body + tail, model_facts(graph), keep=KEEP)
+    facts = model_facts(graph)
+    if graph.meta["task"] == "causal_lm" and "state = state or State(" in src.body:  # the root's State reaches all
+        facts.update({"state is not None": [True], "state is None": [False]})
+    used = specialise(library + "\n\n\n" + config_class + src.body + tail, facts, keep=KEEP)
     imports = [i for i in [*imports, *base] if any(re.search(rf"\b{n}\b", used) for n in _bound_names(i))]
     imports = _merged_imports(imports)
     text = header + "\n".join(imports) + "\n\n\n" + used

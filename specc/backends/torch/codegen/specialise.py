@@ -15,6 +15,7 @@ import ast
 import operator
 from collections import Counter
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 from torch import nn
@@ -402,6 +403,13 @@ class _Pruner(_Text):
                     out = self._assign(stmt, cls.body, lambda t: isinstance(t, ast.Name) and t.id not in self.loaded)
                     if out is not None:
                         return out
+                elif (
+                    isinstance(stmt, ast.AnnAssign)
+                    and isinstance(stmt.target, ast.Name)
+                    and stmt.target.id not in self.loaded
+                    and (stmt.value is None or _plain(stmt.value))
+                ):
+                    return self._drop(stmt, cls.body)
             for fn in (s for s in cls.body if isinstance(s, ast.FunctionDef)):
                 for stmt in ast.walk(fn):
                     if isinstance(stmt, ast.Assign):
@@ -496,8 +504,19 @@ class _Pruner(_Text):
         return None
 
     def _dead_locals(self, fn: ast.FunctionDef) -> str | None:
-        """``name = <literal>`` whose name nothing in ``fn`` reads (left behind by folding)."""
+        """``name = <literal>`` whose name nothing in ``fn`` reads (left behind by folding); ``name = e`` then
+        ``return name`` as ``return e`` where nothing else in ``fn`` names it."""
         read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        names = Counter(n.id for n in ast.walk(fn) if isinstance(n, ast.Name))
+        for body in (b for n in ast.walk(fn) if isinstance(b := getattr(n, "body", None), list)):
+            for stmt, ret in pairwise(body):
+                if not (isinstance(stmt, ast.Assign) and isinstance(ret, ast.Return) and len(stmt.targets) == 1):
+                    continue
+                target, value = stmt.targets[0], ret.value
+                one = isinstance(target, ast.Name) and names[target.id] == 2 and stmt.lineno == stmt.end_lineno
+                if one and isinstance(value, ast.Name) and value.id == target.id:  # type: ignore[union-attr]
+                    line = f"{' ' * stmt.col_offset}return {self.segment(stmt.value)}"
+                    return self.replace_lines(stmt.lineno, ret.end_lineno, [line])  # type: ignore[arg-type]
         for stmt in ast.walk(fn):
             if (
                 isinstance(stmt, ast.Assign)

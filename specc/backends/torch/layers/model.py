@@ -156,10 +156,7 @@ class Model(nn.Module):
 def _tied_names(model: Model, state: dict[str, Any], prefix: str, meta: Any, *loading: Any) -> None:
     """As a state_dict post-hook: a tied tensor is saved once, under its owner's name. As a load_state_dict
     pre-hook: either name of a tied pair fills both (the owner's tensor wins where both are given)."""
-    for alias, owner in model.TIED.items():
-        a, o = prefix + alias, prefix + owner
-        if not model.holds(alias):
-            continue
+    for a, o in ((prefix + alias, prefix + owner) for alias, owner in model.TIED.items() if model.holds(alias)):
         if not loading:
             state.pop(a, None)
         elif o in state or a in state:
