@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import cache
 from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -100,32 +99,6 @@ class OpAttrs:
         if _required(f):
             raise KeyError(f"{cls.kind} attribute {name!r} has no default")
         return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-
-    # transitional: removed once every reader uses fields -------------------------------------------------
-    # Read-only dict access (``attrs["heads"]``, ``.get``, ``in``, ``items()``) for code not yet converted.
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in _names(type(self)):
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.to_dict().get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.to_dict()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.to_dict())
-
-    def keys(self) -> typing.KeysView[str]:
-        return self.to_dict().keys()
-
-    def items(self) -> typing.ItemsView[str, Any]:
-        return self.to_dict().items()
-
-    def values(self) -> typing.ValuesView[Any]:
-        return self.to_dict().values()
 
 
 def _required(f: dataclasses.Field[Any]) -> bool:
