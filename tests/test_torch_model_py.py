@@ -100,6 +100,20 @@ def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> No
         torch.testing.assert_close(got[name], value, atol=1e-5, rtol=1e-5)
 
 
+# Line budgets reached so far (issue 25 asks GPT-2 ≤ 250 and a Llama without RoPE scaling ≤ 300): a change that
+# lets model.py grow fails here; one that shrinks it lowers the number.
+BUDGETS = {"gpt2": 385, "llama2-7b": 408}
+
+
+@pytest.mark.parametrize("preset", sorted(BUDGETS))
+def test_model_py_stays_within_its_line_budget(preset: str, tmp_path: Path) -> None:
+    path = write_model_py(specc.load_spec(preset), tmp_path / "model.py")
+    text = path.read_text()
+    assert len(text.splitlines()) <= BUDGETS[preset]
+    assert "fmt: skip" not in text and "fmt: off" not in text and max(map(len, text.splitlines())) <= 120
+    _ruff(path)
+
+
 def test_gpt2_holds_none_of_the_paths_it_does_not_take(tmp_path: Path) -> None:
     text = write_model_py(specc.load_spec("gpt2"), tmp_path / "model.py").read_text()
     unused = ["sliding", "chunk", "window", "self.prefix", '"prefix"', "yarn", "longrope", "Rotary", "rnn", "RNN"]
