@@ -11,6 +11,7 @@ Both config dialects: transformers 5's ``layer_types`` + per-type ``rope_paramet
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from ..ir.graph import LayerGraph
@@ -121,7 +122,7 @@ TABLE = Table(
 def plan(g: LayerGraph, names: set[str]) -> Plan:
     tied = (("{p}embeddings.tok_embeddings.weight", "decoder.weight"),) if "lm_head.weight" not in g.params() else ()
     dropped = () if "mlm.transform.weight" in g.params() else (r"^head\.", r"^decoder\.")
-    return table_plan(Table(TABLE.family, TABLE.rows, TABLE.prefix, tied=tied, dropped=dropped), g, names)
+    return table_plan(replace(TABLE, tied=tied, dropped=dropped), g, names)
 
 
 FAMILY = Family("ModernBERT", tuple(_HEADS), ("modernbert",), ("encoder",), spec, detect, plan)

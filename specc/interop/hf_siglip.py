@@ -9,6 +9,7 @@ pooled output).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from ..ir.graph import LayerGraph
@@ -81,7 +82,7 @@ def detect(names: set[str]) -> bool:
 
 def plan(g: LayerGraph, names: set[str]) -> Plan:
     dropped = () if "head.probe.token" in g.params() else (r"^{p}head\.",)
-    return table_plan(Table(TABLE.family, TABLE.rows, TABLE.prefix, ignore=TABLE.ignore, dropped=dropped), g, names)
+    return table_plan(replace(TABLE, dropped=dropped), g, names)
 
 
 FAMILY = Family("SigLIP vision", ("SiglipVisionModel",), ("siglip_vision_model",), ("vit",), spec, detect, plan)
