@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 ITEMS = ("weights", "gradients", "optimizer_states", "activations", "peak", "step_time", "bubble")
 MOMENTS = ("exp_avg", "exp_avg_sq")
@@ -59,6 +59,15 @@ def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dic
     }
 
 
+def _plain(t: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors with storage inside ``t``: itself, or a wrapper subclass's inner ones (a DTensor op's local
+    result can be an AsyncCollectiveTensor, which has no storage of its own)."""
+    if not is_traceable_wrapper_subclass(t):
+        return [t]
+    names, _ = t.__tensor_flatten__()  # type: ignore[attr-defined]
+    return [x for name in names for x in _plain(getattr(t, name))]
+
+
 class SavedTensors:
     """The most bytes of autograd's saved tensors alive at once (each storage counted once)."""
 
@@ -69,16 +78,17 @@ class SavedTensors:
         base = t._base if t._base is not None else t
         if isinstance(base, torch.nn.Parameter):  # a parameter (FSDP2's gathered one too), or a view of one
             return t
-        storage = _local(t).untyped_storage()
-        key = storage.data_ptr()
-        if key in self.exclude or storage.nbytes() == 0:
-            return t
-        refs, size = self.live.get(key, (0, storage.nbytes()))
-        if refs == 0:
-            self.now += size
-            self.peak = max(self.peak, self.now)
-        self.live[key] = (refs + 1, size)
-        weakref.finalize(t, self._drop, key)
+        for plain in _plain(_local(t)):
+            storage = plain.untyped_storage()
+            key = storage.data_ptr()
+            if key in self.exclude or storage.nbytes() == 0:
+                continue
+            refs, size = self.live.get(key, (0, storage.nbytes()))
+            if refs == 0:
+                self.now += size
+                self.peak = max(self.peak, self.now)
+            self.live[key] = (refs + 1, size)
+            weakref.finalize(t, self._drop, key)
         return t
 
     def _drop(self, key: int) -> None:
