@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 from specc.analysis.devices import load_device
-from specc.analysis.parallel.calibrate import Residual, fit, residuals
-from specc.analysis.parallel.links import load_interconnect
-from specc.analysis.parallel.runs import read_runs
+from specc.analysis.layouts.calibrate import Residual, fit, residuals
+from specc.analysis.layouts.links import load_interconnect
+from specc.analysis.layouts.runs import read_runs
 
 RUNS = Path(__file__).resolve().parents[1] / "tests" / "data" / "public_runs.json"
 

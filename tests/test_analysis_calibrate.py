@@ -12,9 +12,9 @@ import pytest
 
 from specc.analysis.devices import device_yaml, load_device
 from specc.analysis.efficiency import Curve
-from specc.analysis.parallel.calibrate import residuals
-from specc.analysis.parallel.links import load_interconnect
-from specc.analysis.parallel.runs import read_runs
+from specc.analysis.layouts.calibrate import residuals
+from specc.analysis.layouts.links import load_interconnect
+from specc.analysis.layouts.runs import read_runs
 
 Cli = Callable[..., tuple[int, str, str]]
 MODEL = {"extends": "gpt2", "blocks": 4, "d_model": 512, "attention": {"heads": 8}, "mlp": {"hidden": 2048}}
@@ -105,7 +105,7 @@ def test_profile_yaml_round_trips(tmp_path: Path) -> None:
 
 
 def test_fit_that_does_not_converge_is_refused(tmp_path: Path) -> None:
-    from specc.analysis.parallel.calibrate import fit
+    from specc.analysis.layouts.calibrate import fit
     from specc.errors import SpecError
 
     base, link = load_device("a100"), load_interconnect("nvlink-a100")

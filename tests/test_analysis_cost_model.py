@@ -12,9 +12,9 @@ import pytest
 import specc
 from specc.analysis.devices import load_device
 from specc.analysis.efficiency import Curve, Efficiency, combine
-from specc.analysis.parallel import Layout, LayoutError, Training, parse_layout
-from specc.analysis.parallel.run import analyze_layout
-from specc.analysis.parallel.stages import split
+from specc.analysis.layouts import Layout, LayoutError, Training, parse_layout
+from specc.analysis.layouts.run import analyze_layout
+from specc.analysis.layouts.stages import split
 from specc.errors import SpecError
 
 Cli = Callable[..., tuple[int, str, str]]

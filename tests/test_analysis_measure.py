@@ -19,8 +19,8 @@ import pytest
 
 import specc
 from specc.analysis.devices import load_device
-from specc.analysis.parallel import Layout, Training
-from specc.analysis.parallel.run import analyze_layout
+from specc.analysis.layouts import Layout, Training
+from specc.analysis.layouts.run import analyze_layout
 
 SETS = ["blocks=2", "d_model=256", "attention.heads=4", "mlp.hidden=1024", "context=256"]
 BATCH, WINDOW = 16, 256

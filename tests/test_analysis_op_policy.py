@@ -14,9 +14,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from train_step_probe import MM, op_policy
 
 import specc
-from specc.analysis.parallel import Layout, Training
-from specc.analysis.parallel.device_memory import activations_per_microbatch
-from specc.analysis.parallel.profile import profile
+from specc.analysis.layouts import Layout, Training
+from specc.analysis.layouts.device_memory import activations_per_microbatch
+from specc.analysis.layouts.profile import profile
 
 SETS = ["blocks=2", "d_model=64", "attention.heads=4", "mlp.hidden=96", "context=32", "vocab_size=50"]
 BATCH, SEQ = 3, 32

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import specc
-from specc.analysis.parallel import Layout, Training
-from specc.analysis.parallel.run import analyze_layout
+from specc.analysis.layouts import Layout, Training
+from specc.analysis.layouts.run import analyze_layout
 from specc.parallel.rank_report import SavedTensors
 
 TINY = ["blocks=2", "d_model=64", "attention.heads=4", "mlp.hidden=128", "context=32", "vocab_size=64", "dtype=fp32"]
@@ -66,7 +66,7 @@ def test_torch_kernels_differ_from_torch_cpu_by_the_composite_rms_norm_alone() -
 
 
 def test_unknown_kernels_are_refused() -> None:
-    from specc.analysis.parallel.layout import LayoutError, check_training
+    from specc.analysis.layouts.layout import LayoutError, check_training
 
     with pytest.raises(LayoutError, match="kernels eager is unknown"):
         check_training(Layout(), replace(Training(), kernels="eager"), True)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from specc.analysis.devices import load_device
-from specc.analysis.parallel.calibrate import Residual, residuals
-from specc.analysis.parallel.links import load_interconnect
-from specc.analysis.parallel.runs import read_runs
+from specc.analysis.layouts.calibrate import Residual, residuals
+from specc.analysis.layouts.links import load_interconnect
+from specc.analysis.layouts.runs import read_runs
 
 RUNS = Path(__file__).parent / "data" / "public_runs.json"
 
@@ -38,7 +38,7 @@ def test_step_time_within_the_targets(errors: dict[str, list[Residual]], table: 
 
 def test_validation_rows_fit_the_a100() -> None:
     """Every published run ran on 80 GB A100s: the analyzer must say they fit."""
-    from specc.analysis.parallel.runs import predict
+    from specc.analysis.layouts.runs import predict
 
     dev, link = load_device("a100"), load_interconnect("nvlink-a100")
     cache: dict = {}

@@ -145,7 +145,7 @@ def test_soft_capped_scores_are_materialised_in_the_memory_model() -> None:
 
 
 def test_tensor_parallel_roles_look_through_qk_norm_and_shared_experts() -> None:
-    from specc.analysis.parallel.shard import tp_role
+    from specc.analysis.layouts.shard import tp_role
 
     sets = [
         "attention.qk_norm=head",

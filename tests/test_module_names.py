@@ -6,16 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specc"
-
-# Names still shared by files that other branches edit now; rename them after merging, then delete the entry
-# (the strict xfail below fails as soon as a name is unique, so the list cannot go stale).
-KNOWN_SHARED: dict[str, frozenset[str]] = {
-    "parallel": frozenset({"specc/parallel", "specc/analysis/parallel"}),
-}
 
 
 def _names() -> dict[str, set[str]]:
@@ -29,17 +21,7 @@ def _names() -> dict[str, set[str]]:
 
 
 def test_no_two_modules_share_a_name() -> None:
-    shared = {
-        name: sorted(paths)
-        for name, paths in _names().items()
-        if len(paths) > 1 and frozenset(paths) != KNOWN_SHARED.get(name)
-    }
+    shared = {name: sorted(paths) for name, paths in _names().items() if len(paths) > 1}
     assert not shared, "modules that share a name (name each by its role):\n" + "\n".join(
         f"  {name}: {', '.join(paths)}" for name, paths in sorted(shared.items())
     )
-
-
-@pytest.mark.parametrize("name", sorted(KNOWN_SHARED))
-@pytest.mark.xfail(strict=True, reason="a name other branches' files still share (see KNOWN_SHARED)")
-def test_known_shared_name_is_gone(name: str) -> None:
-    assert len(_names()[name]) < 2

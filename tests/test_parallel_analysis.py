@@ -7,10 +7,10 @@ import math
 import pytest
 
 import specc
-from specc.analysis.parallel import Layout, Training, param_shards, per_device_weight_bytes
-from specc.analysis.parallel.device_memory import model_states
-from specc.analysis.parallel.run import analyze_layout
-from specc.analysis.parallel.shard import weights_per_stage
+from specc.analysis.layouts import Layout, Training, param_shards, per_device_weight_bytes
+from specc.analysis.layouts.device_memory import model_states
+from specc.analysis.layouts.run import analyze_layout
+from specc.analysis.layouts.shard import weights_per_stage
 
 
 def _graph(name: str, *sets: str) -> specc.LayerGraph:

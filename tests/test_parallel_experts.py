@@ -155,8 +155,8 @@ def test_each_rank_holds_the_parameter_bytes_the_analyzer_predicts(ranks: list[d
     device. The analyzer divides the dense bytes evenly; FSDP2 splits each tensor by rows (torch.chunk), so a
     tensor of one row (the shared expert's sigmoid gate, [1, D]) stays whole on rank 0: that alone differs."""
     import specc
-    from specc.analysis.parallel.device_memory import model_states
-    from specc.analysis.parallel.shard import weights_per_stage
+    from specc.analysis.layouts.device_memory import model_states
+    from specc.analysis.layouts.shard import weights_per_stage
 
     for kind in ROUTING:
         graph = specc.lower(_spec(kind))

@@ -204,7 +204,7 @@ def test_impossible_pipelines_are_refused_before_any_work() -> None:
 def test_chunks_follow_the_analyzers_stage_split() -> None:
     """The runtime's chunks are the analyzer's stages: the same blocks, the embedding first, the head last."""
     import specc
-    from specc.analysis.parallel.stages import split
+    from specc.analysis.layouts.stages import split
     from specc.parallel.pipeline import chunk_plan
 
     g = specc.lower(_spec("gpt", 7))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import specc
 from specc.analysis import analyze
-from specc.analysis.parallel import Layout, Training
-from specc.analysis.parallel.run import analyze_layout
-from specc.analysis.parallel.search import plan
+from specc.analysis.layouts import Layout, Training
+from specc.analysis.layouts.run import analyze_layout
+from specc.analysis.layouts.search import plan
 
 Cli = Callable[..., tuple[int, str, str]]
 LLAMA2_70B = ["blocks=80", "d_model=8192", "attention.heads=64", "attention.kv_heads=8", "mlp.hidden=28672"]
@@ -149,7 +149,7 @@ def test_impossible_layouts_are_located_errors(cli: Cli, tmp_path: Path) -> None
 
 
 def test_interconnect_profiles(cli: Cli, tmp_path: Path) -> None:
-    from specc.analysis.parallel.links import BUILTIN_NAMES, load_interconnect
+    from specc.analysis.layouts.links import BUILTIN_NAMES, load_interconnect
 
     for name in BUILTIN_NAMES:
         link = load_interconnect(name)

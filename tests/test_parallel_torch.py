@@ -252,7 +252,7 @@ def test_tp2_logits_gradients_generation_and_bytes_equal_single_process(cli, tmp
 
 def _check_tp(cli: Any, family: str, results: list[dict[str, Any]], folder: Path) -> None:
     import specc
-    from specc.analysis.parallel.shard import per_device_weight_bytes
+    from specc.analysis.layouts.shard import per_device_weight_bytes
     from specc.parallel import local_params, sharded_checkpoint
 
     graph = specc.lower(_spec(family))
@@ -325,8 +325,8 @@ def test_dp2_by_tp2_on_four_processes_equals_single_process() -> None:
     from test_parallel_experts import _spec as moe_spec
 
     import specc
-    from specc.analysis.parallel.device_memory import model_states
-    from specc.analysis.parallel.shard import weights_per_stage
+    from specc.analysis.layouts.device_memory import model_states
+    from specc.analysis.layouts.shard import weights_per_stage
 
     ((dense, expert),) = weights_per_stage(specc.lower(moe_spec("top2")), ep=2)
     predicted = model_states(dense, expert, 4, zero=3, n_dense=4, n_expert=2)["weights"]  # ZeRO-3 over the pairs

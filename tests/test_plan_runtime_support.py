@@ -11,8 +11,8 @@ import torch.distributed as dist
 from test_parallel_torch_cli import _plain_kernels, torchrun  # noqa: F401 (an autouse fixture)
 
 import specc
-from specc.analysis.parallel.search import layouts, plan
-from specc.analysis.parallel.support import runtime_facts, runtime_gap
+from specc.analysis.layouts.search import layouts, plan
+from specc.analysis.layouts.support import runtime_facts, runtime_gap
 from specc.errors import SpecError
 from specc.parallel import check_tensor_parallel, launch
 from specc.parallel.expert_parallel import check_expert_parallel
@@ -80,9 +80,9 @@ def test_the_rule_refuses_what_the_runtime_refuses() -> None:
         else:
             kinds.add(gap.kind)
     assert {"cp > 1", "ep > 1 with pp > 1", "1 < ep < dp with tp > 1"} <= kinds
-    gap = runtime_gap(specc.analysis.parallel.Layout(pp=4, dp=2), facts, micro_batches=2)
+    gap = runtime_gap(specc.analysis.layouts.Layout(pp=4, dp=2), facts, micro_batches=2)
     assert gap is not None and gap.kind == "micro-batches < pp"
-    assert runtime_gap(specc.analysis.parallel.Layout(pp=4, dp=2), facts, 2, schedule="gpipe") is None
+    assert runtime_gap(specc.analysis.layouts.Layout(pp=4, dp=2), facts, 2, schedule="gpipe") is None
 
 
 def test_an_embedding_shared_between_stacks_keeps_tp_out_of_the_plan() -> None:
@@ -92,7 +92,7 @@ def test_an_embedding_shared_between_stacks_keeps_tp_out_of_the_plan() -> None:
         g = specc.lower(specc.load_spec("transformer-base", [f"shared_embeddings={str(shared).lower()}"]))
         r = plan(g, 8, training=True, device="h200", top=10**6)
         assert any(p.layout.tp > 1 for p in r.plans) is tp_planned
-        gap = runtime_gap(specc.analysis.parallel.Layout(tp=2), runtime_facts(g))
+        gap = runtime_gap(specc.analysis.layouts.Layout(tp=2), runtime_facts(g))
         assert (gap is not None and gap.kind == "tp > 1 with an embedding shared between stacks") is shared
 
 

@@ -128,7 +128,7 @@ def test_deepseek_v3_layouts_refuse_tp_and_cp_at_the_latent_key(layout: dict) ->
     """Latent attention has no tensor- or context-parallel plan (the torch runtime neither): refused, pointing at
     attention.latent, while dp / pp / ep layouts pass."""
     from specc import lower
-    from specc.analysis.parallel.layout import Layout, LayoutError, check_layout
+    from specc.analysis.layouts.layout import Layout, LayoutError, check_layout
 
     g = lower(load_spec("deepseek-v3"))
     with pytest.raises(LayoutError) as e:

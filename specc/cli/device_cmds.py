@@ -29,11 +29,11 @@ def calibrate(
 ) -> None:
     """Fit a profile's efficiency parameters to measured runs; print each run's residual before and after."""
     from ..analysis.devices import device_yaml
-    from ..analysis.parallel.calibrate import PARAMETERS
-    from ..analysis.parallel.calibrate import fit as run_fit
-    from ..analysis.parallel.links import interconnect_yaml
-    from ..analysis.parallel.run import devices_and_links
-    from ..analysis.parallel.runs import read_runs
+    from ..analysis.layouts.calibrate import PARAMETERS
+    from ..analysis.layouts.calibrate import fit as run_fit
+    from ..analysis.layouts.links import interconnect_yaml
+    from ..analysis.layouts.run import devices_and_links
+    from ..analysis.layouts.runs import read_runs
     from ..io import atomic_write, note_input
 
     names = tuple(n.strip() for n in (fit or "matmul.max,matmul.knee,memory.max").split(",") if n.strip())

@@ -30,9 +30,9 @@ def refuse_stray(parallel: str | None, plan: bool, **given: Any) -> None:
 
 def run_parallel(spec: str, sets: list[str] | None, g: Any, opts: dict[str, Any], kw: dict[str, Any]) -> tuple:
     """(title, sections, document, csv rows) for ``--parallel`` or ``--plan``."""
-    from ..analysis.parallel import LayoutError, Training, layout_views, parse_layout
-    from ..analysis.parallel.run import analyze_layout, devices_and_links, settings
-    from ..analysis.parallel.search import plan
+    from ..analysis.layouts import LayoutError, Training, layout_views, parse_layout
+    from ..analysis.layouts.run import analyze_layout, devices_and_links, settings
+    from ..analysis.layouts.search import plan
     from ..analysis.params import count_params
     from ..analysis.report_json import flatten
 

@@ -262,7 +262,7 @@ def _pipeline_options(
     limits.bounded(virtual, "--virtual-stages", 1, limits.MAX_STEPS)
     limits.bounded(micro, "--micro-batch", 1, limits.MAX_BATCH)
     opts = PipelineOptions(schedule or "1f1b", virtual or 1, micro)
-    from ..analysis.parallel.layout import SCHEDULES
+    from ..analysis.layouts.layout import SCHEDULES
 
     if opts.schedule not in SCHEDULES:
         raise SpecError(f"--pipeline-schedule {opts.schedule} is unknown", hint=f"use one of {', '.join(SCHEDULES)}")

@@ -20,10 +20,10 @@ STARTED = False  # this process started a process group: it ends by ``end_proces
 def parse_layout(text: str) -> dict[str, int]:
     """``dp=2,tp=2`` → {"dp": 2, "tp": 2}, read as ``specc analyze --parallel`` reads it (any subset of the
     degrees, a missing one 1), so its layouts (``tp=2,pp=1,dp=4``) run as they are; what the runtime does not run
-    (``specc.analysis.parallel.support``: cp > 1, ep with pp, ...) is refused here."""
-    from ..analysis.parallel.layout import LayoutError
-    from ..analysis.parallel.layout import parse_layout as read
-    from ..analysis.parallel.support import runtime_gap
+    (``specc.analysis.layouts.support``: cp > 1, ep with pp, ...) is refused here."""
+    from ..analysis.layouts.layout import LayoutError
+    from ..analysis.layouts.layout import parse_layout as read
+    from ..analysis.layouts.support import runtime_gap
 
     try:
         layout = read(text)
@@ -39,9 +39,9 @@ def check_runnable(
     graph: Any, layout: dict[str, int], micro_batches: int | None = None, schedule: str = "1f1b"
 ) -> None:
     """Refuse, before any work, a layout of ``graph`` this runtime does not run: the rule ``specc analyze --plan``
-    leaves such layouts out by (``specc.analysis.parallel.support``)."""
-    from ..analysis.parallel.layout import Layout
-    from ..analysis.parallel.support import runtime_facts, runtime_gap
+    leaves such layouts out by (``specc.analysis.layouts.support``)."""
+    from ..analysis.layouts.layout import Layout
+    from ..analysis.layouts.support import runtime_facts, runtime_gap
 
     lay = Layout(**{key: layout.get(key, 1) for key in RUN})
     gap = runtime_gap(lay, runtime_facts(graph), micro_batches, schedule)

@@ -1,7 +1,7 @@
 """Pipeline parallelism from the layer graph, on ``torch.distributed.pipelining``.
 
 The model is cut into ``pp × V`` chunks of consecutive blocks by the analyzer's own rule
-(``specc.analysis.parallel.stages``): each pipeline rank gets as many blocks as ``split(blocks, pp)`` gives its
+(``specc.analysis.layouts.stages``): each pipeline rank gets as many blocks as ``split(blocks, pp)`` gives its
 stage, spread over its V chunks by the same ``split``, and ``anchors`` places the ops outside the blocks (the
 embedding with the first block, the final norm and head with the last); chunk ``c`` runs on pipeline rank
 ``c % pp`` (torch's loop placement: V chunks per rank for ``interleaved-1f1b``), so every rank holds what the
@@ -37,8 +37,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..analysis.parallel.layout import SCHEDULES
-from ..analysis.parallel.stages import anchors, block_ids, split
+from ..analysis.layouts.layout import SCHEDULES
+from ..analysis.layouts.stages import anchors, block_ids, split
 from ..errors import SpecError
 from ..ir.graph import LayerGraph
 

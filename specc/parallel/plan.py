@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analysis.parallel.support import TENSOR_PARALLEL_KINDS
+from ..analysis.layouts.support import TENSOR_PARALLEL_KINDS
 from ..errors import SpecError
 from ..ir.graph import LayerGraph, Op
 

@@ -1,7 +1,7 @@
 """``train --parallel ... --report``: the analyzer's prediction for the run's layout and schedule, per rank,
 beside what the run measured on its last step.
 
-Predicted (``specc.analysis.parallel.analyze_layout`` for tp, pp, dp, the micro-batches and the schedule;
+Predicted (``specc.analysis.layouts.analyze_layout`` for tp, pp, dp, the micro-batches and the schedule;
 FSDP2 is ZeRO-3 over dp; attention as the run computes it, torch's fused SDPA: ``flash``; activations as torch's
 eager ops keep them, ``kernels`` ``torch-cpu`` on the CPU, ``torch`` on a GPU; the head's logits gathered whole on
 every tp rank, as the run's cross-entropy reads them: ``loss_parallel`` off): per pipeline stage
@@ -179,9 +179,9 @@ class Measurement:
 
 def predict(run: Any, device_profile: str | None = None) -> list[dict[str, float]]:
     """The analyzer's items for every pipeline stage of the run's layout (a rank of stage s: entry s)."""
-    from ..analysis.parallel.layout import Layout, Training
-    from ..analysis.parallel.run import analyze_layout
-    from ..analysis.parallel.timing import bubble
+    from ..analysis.layouts.layout import Layout, Training
+    from ..analysis.layouts.run import analyze_layout
+    from ..analysis.layouts.timing import bubble
 
     mesh, cfg, pipe = run.mesh, run.cfg, getattr(run, "pipeline", None)
     names = tuple(mesh.mesh_dim_names or ())
