@@ -428,7 +428,15 @@ class _Pruner(_Text):
                 return len(init.args.args) == 1 and not init.args.vararg and not init.args.kwarg
             return _module_signature(init.name) == [(a.arg, ast.unparse(d)) for a, d in _defaults(init.args)]
         theirs = [f for f in (base.body if base else []) if isinstance(f, ast.FunctionDef) and f.name == init.name]
-        return bool(theirs) and ast.unparse(theirs[0].args) == ast.unparse(init.args)
+        if not theirs:
+            return False
+        base_args, n = theirs[0].args, len(init.args.args)  # the base's first n parameters, the rest defaulted
+        first_default = len(base_args.args) - len(base_args.defaults)
+        if n < first_default or init.args.vararg or init.args.kwonlyargs or init.args.kwarg:
+            return ast.unparse(base_args) == ast.unparse(init.args)
+        kept = base_args.defaults[: max(0, n - first_default)]
+        head = ast.arguments(posonlyargs=[], args=base_args.args[:n], kwonlyargs=[], kw_defaults=[], defaults=kept)
+        return ast.unparse(head) == ast.unparse(init.args)
 
     def _unread_attribute(self, t: ast.expr) -> bool:
         return (
@@ -543,6 +551,9 @@ class _Pruner(_Text):
         args = fn.args
         positional = [*args.posonlyargs, *args.args]
         most = max((len(c.args) + 1 for c in calls), default=0)  # + 1: a method's self
+        out = self._forwarded_default(fn, positional, most, keywords)
+        if out is not None:
+            return out
         first_default = len(positional) - len(args.defaults)
         for i, a in enumerate(positional):
             if i >= first_default and i >= most and a.arg not in read and a.arg not in keywords:
@@ -569,6 +580,38 @@ class _Pruner(_Text):
                 )
                 return self._signature(fn, new)
         return None
+
+    def _forwarded_default(
+        self, fn: ast.FunctionDef, positional: list[ast.arg], most: int, keywords: set[str | None]
+    ) -> str | None:
+        """``super().f(a, p)`` without its last argument ``p``: a parameter of ``fn`` no call passes, read there
+        only, whose default is the base's for that position (the base then takes its own default)."""
+        owner = self.parents.get(fn)
+        defs = {c.name: c for c in self.tree.body if isinstance(c, ast.ClassDef)}
+        base = defs.get(ast.unparse(owner.bases[0])) if isinstance(owner, ast.ClassDef) and owner.bases else None
+        theirs = [f for f in (base.body if base else []) if isinstance(f, ast.FunctionDef) and f.name == fn.name]
+        calls = [
+            n.value
+            for n in fn.body
+            if isinstance(n, ast.Expr)
+            and isinstance(n.value, ast.Call)
+            and ast.unparse(n.value.func) == f"super().{fn.name}"
+            and n.value.args
+            and not n.value.keywords
+        ]
+        if not theirs or len(calls) != 1 or not isinstance(last := calls[0].args[-1], ast.Name):
+            return None
+        mine, base_defaults = dict(_defaults(fn.args)), _defaults(theirs[0].args)
+        at = len(calls[0].args) - 1
+        param = next((a for a in mine if a.arg == last.id), None)
+        loads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == last.id]
+        if param is None or len(loads) != 1 or param.arg in keywords or positional.index(param) < most:
+            return None  # read elsewhere too, or passed by a call
+        if at >= len(base_defaults) or ast.unparse(base_defaults[at][1]) != ast.unparse(mine[param]):
+            return None
+        if ast.unparse(mine[param]) == "'<none>'":
+            return None  # no default: every call passes it
+        return self.replace(calls[0], f"super().{fn.name}({', '.join(self.segment(a) for a in calls[0].args[:-1])})")
 
     def _signature(self, fn: ast.FunctionDef, args: ast.arguments) -> str:
         returns = f" -> {self.segment(fn.returns)}" if fn.returns else ""
