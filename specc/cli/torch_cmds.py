@@ -108,6 +108,7 @@ def generate(
     check_ids(ids, meta.get("vocab_size"), "prompt id")
     check_ids([decoder_start_id], target, "--decoder-start-id")
     check_ids([] if eos_id is None else [eos_id], target, "--eos-id")
+    seq2seq = {"decoder_start_token_id": decoder_start_id} if model.STEP_INPUT == "decoder_input_ids" else {}
     try:
         tokens = model.generate(
             torch.tensor([ids]),
@@ -117,9 +118,9 @@ def generate(
             top_p=top_p,
             seed=seed,
             eos_token_id=eos_id,
-            decoder_start_token_id=decoder_start_id,
             use_cache=not no_cache,
             compile=compile_,
+            **seq2seq,
         )
     except GenerationError as e:
         raise SpecError(str(e), hint="use fewer tokens, or a spec with a longer context") from None

@@ -10,7 +10,7 @@ class GenerationError(ValueError):
     """A generation request the model cannot serve, such as one longer than its learned positions."""
 
 
-def pick_tokens(logits: Tensor, temperature: float | None, top_k: int | None, top_p: float | None, gen=None) -> Tensor:
+def pick_tokens(logits: Tensor, gen=None, temperature: float | None = 0, top_k: int = 0, top_p: float = 1) -> Tensor:
     """Next token per row of logits [B, V]: greedy at temperature 0, else sampled after top-k / top-p."""
     if not temperature:
         return logits.argmax(-1)

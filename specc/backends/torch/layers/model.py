@@ -9,6 +9,7 @@ tensor once, under the owner's name (the IR's parameter names), and loading take
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -102,28 +103,19 @@ class Model(nn.Module):
 
     @torch.no_grad()  # not inference_mode: the returned ids may feed a model that trains
     def generate(
-        self,
-        input_ids: Tensor,
-        max_new_tokens: int,
-        attention_mask: Tensor | None = None,
-        *,
-        seed: int | None = None,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        eos_token_id: int | None = None,
-        use_cache: bool = True,
-        decoder_input_ids: Tensor | None = None,
-        decoder_start_token_id: int = 1,
+        self, input_ids: Tensor, max_new_tokens: int, attention_mask: Tensor | None = None, **options: Any
     ) -> Tensor:
         """The sequence with up to ``max_new_tokens`` appended: decoders extend ``input_ids`` (left padding
-        allowed), encoder-decoders ``decoder_input_ids`` (default: ``decoder_start_token_id``). Sampling after
-        temperature / top_k / top_p from a generator seeded by ``seed``; use_cache False: recompute every step."""
+        allowed), encoder-decoders ``decoder_input_ids`` (default: ``decoder_start_token_id`` 1). Options: ``seed``,
+        ``eos_token_id``, ``use_cache`` (False: recompute every step) and pick_tokens' temperature / top_k / top_p."""
         seq2seq = self.STEP_INPUT == "decoder_input_ids"
         prompt = input_ids
         if seq2seq:
-            start = input_ids.new_full((len(input_ids), 1), decoder_start_token_id)
-            prompt = start if decoder_input_ids is None else decoder_input_ids
+            start = input_ids.new_full((len(input_ids), 1), options.pop("decoder_start_token_id", 1))
+            prompt = options.pop("decoder_input_ids", None)
+            prompt = start if prompt is None else prompt
+        seed, eos_token_id = options.pop("seed", None), options.pop("eos_token_id", None)
+        use_cache, pick = options.pop("use_cache", True), partial(pick_tokens, **options)  # the rest: sampling
         b, n = prompt.shape
         if "max_positions" in self.META and n + max_new_tokens > (limit := self.META["max_positions"]):
             raise GenerationError(f"{n} prompt + {max_new_tokens} new tokens exceed the {limit} learned positions")
@@ -144,7 +136,7 @@ class Model(nn.Module):
                     logits = self.step(cache, tokens[:, cache.length : n], **grown)
                 else:  # all tokens again: no cache, or attention that is not causal yet
                     logits = self(**{self.STEP_INPUT: tokens[:, :n], **fixed, **grown})
-                nxt = pick_tokens(logits[:, -1], temperature, top_k, top_p, gen)
+                nxt = pick(logits[:, -1], gen)
                 if eos_token_id is not None:  # finished rows repeat eos
                     done |= (nxt := nxt.masked_fill(done, eos_token_id)) == eos_token_id
                 tokens[:, n], n = nxt, n + 1
