@@ -35,6 +35,37 @@ _EXTRA = {
 }
 
 
+# T5, mT5, UMT5: 8 buckets up to distance 6 (the 9-token source reaches the logarithmic buckets); v1.0 (relu, tied,
+# the decoder output scaled), v1.1 / flan (gated-gelu, a head of its own, unscaled), mT5, UMT5 (per-layer tables)
+_T5 = dict(vocab_size=90, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=1, num_heads=4,
+           relative_attention_num_buckets=8, relative_attention_max_distance=6, dropout_rate=0.0)  # fmt: skip
+T5_CASES = [
+    Case("t5-relu-tied", "T5ForConditionalGeneration", dict(_T5)),
+    Case(
+        "t5-gated-untied",
+        "T5ForConditionalGeneration",
+        dict(_T5, feed_forward_proj="gated-gelu", tie_word_embeddings=False),
+    ),
+    Case("mt5-gated", "MT5ForConditionalGeneration", dict(_T5, feed_forward_proj="gated-gelu")),
+    Case("umt5-perlayer", "UMT5ForConditionalGeneration", dict(_T5, feed_forward_proj="gated-silu")),
+]
+_SEQ2SEQ = {"t5", "mt5", "umt5"}  # besides Case.seq2seq's BART and Marian
+_OWN_HEAD = {"t5-gated-untied"}
+
+
+def _give_own_head(hf: Any, folder: Path) -> None:
+    """A flan-T5 checkpoint: an lm_head of its own and ``tie_word_embeddings: false`` (transformers 5 ties T5's
+    head on building and saves true, so both are written here, as the published checkpoints have them)."""
+    with torch.no_grad():
+        hf.lm_head.weight = torch.nn.Parameter(torch.randn_like(hf.shared.weight) * hf.shared.weight.std())
+    hf.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["tie_word_embeddings"] = False
+    del config["scale_decoder_outputs"]
+    (folder / "config.json").write_text(json.dumps(config))
+    assert not torch.equal(hf.lm_head.weight, hf.shared.weight)
+
+
 def _cases() -> list[Case]:
     seen: set[str] = set()
     out = []
@@ -42,7 +73,7 @@ def _cases() -> list[Case]:
         if c.arch not in seen or c.id in _EXTRA:
             seen.add(c.arch)
             out.append(c)
-    return out
+    return [*out, *T5_CASES]
 
 
 def _inputs(case: Case, config: Any) -> dict[str, torch.Tensor]:
@@ -50,7 +81,7 @@ def _inputs(case: Case, config: Any) -> dict[str, torch.Tensor]:
     if case.family == "vit":
         return {"pixel_values": torch.randn(2, config.num_channels, config.image_size, config.image_size, generator=g)}
     x = {"input_ids": torch.randint(3, config.vocab_size - 1, (2, 9), generator=g)}
-    if case.seq2seq:
+    if case.seq2seq or case.family in _SEQ2SEQ:
         target = getattr(config, "decoder_vocab_size", None) or config.vocab_size
         x["decoder_input_ids"] = torch.randint(3, target - 1, (2, 5), generator=g)
     return x
@@ -79,6 +110,8 @@ def test_hf_model_round_trips_through_specc(case: Case, tmp_path: Path) -> None:
     if missing_features(case):
         pytest.skip(f"needs {missing_features(case)}")
     hf, folder = save(case, tmp_path / "hf")
+    if case.id in _OWN_HEAD:
+        _give_own_head(hf, folder)
     spec = import_hf(folder).spec
     model = specc.build_torch(spec, weights=str(folder / "model.safetensors"))
     done = export_hf(spec, _params(model), tmp_path / "out")
@@ -206,6 +239,21 @@ _SPECS: dict[str, dict[str, Any]] = {
         "embedding_scale": "sqrt_d_model",
         "init": {"std": 0.3},
     },
+    "seq2seq-t5": {  # written by hand: relative positions, unscaled scores, a gated MLP → T5ForConditionalGeneration
+        "kind": "encoder_decoder",
+        "vocab_size": 64,
+        "context": 32,
+        "d_model": 32,
+        "blocks": {"encoder": 2, "decoder": 1},
+        "attention": {"heads": 4, "head_dim": 6, "scale": 1.0, "mask": "padding"},
+        "norm": {"type": "rmsnorm", "placement": "pre", "eps": 1e-6},
+        "mlp": {"type": "swiglu", "hidden": 40, "activation": "gelu_tanh"},
+        "position": {"type": "relative", "buckets": 8, "max_distance": 6},
+        "shared_embeddings": True,
+        "tie_embeddings": False,
+        "bias": False,
+        "init": {"std": 0.3},
+    },
 }
 
 
@@ -283,6 +331,20 @@ def test_refuses_what_no_hf_class_expresses_at_its_line(cli, tmp_path: Path) -> 
     assert code == 2
     first = stderr.strip().splitlines()[0]
     assert first.startswith(f"{spec}:10:") and "LlamaForCausalLM cannot express post norms" in first
+    assert "Traceback" not in stderr and not (tmp_path / "out").exists()
+
+
+def test_refuses_what_t5_cannot_express_at_its_line(cli, tmp_path: Path) -> None:
+    spec = _spec_file(
+        tmp_path,
+        "name: tiny-t5\nkind: encoder_decoder\nvocab_size: 64\ncontext: 32\nd_model: 32\n"
+        "blocks: {encoder: 1, decoder: 1}\nattention:\n  heads: 4\n  scale: 0.5\nnorm: {type: rmsnorm}\n"
+        "mlp: {type: classic, hidden: 48, activation: relu}\nposition: relative\nbias: false\n",
+    )
+    code, _, stderr = cli("export-hf", spec, "-o", tmp_path / "out")
+    assert code == 2
+    first = stderr.strip().splitlines()[0]
+    assert first.startswith(f"{spec}:9:") and "T5ForConditionalGeneration cannot express scaled scores" in first
     assert "Traceback" not in stderr and not (tmp_path / "out").exists()
 
 

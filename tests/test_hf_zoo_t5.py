@@ -7,6 +7,7 @@ FlopCounterMode, and the bias is felt (a wrong max_distance fails the comparison
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,9 @@ CASES = [
     Case("mt5-gated", "MT5ForConditionalGeneration", dict(_T5, feed_forward_proj="gated-gelu")),
     Case("umt5-perlayer", "UMT5ForConditionalGeneration", dict(_T5, feed_forward_proj="gated-silu")),
 ]
-BY_ID = {c.id: c for c in CASES}
+# transformers 5 saves tie_word_embeddings: true and scale_decoder_outputs: false for this one (it ties T5 always)
+UNSCALED = Case("t5-unscaled", "T5ForConditionalGeneration", dict(_T5, tie_word_embeddings=False))
+BY_ID = {c.id: c for c in [*CASES, UNSCALED]}
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +91,16 @@ def test_torch_and_onnx_match_hf(family, case: Case, tmp_path: Path) -> None:
     opts.intra_op_num_threads = 2
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     _close(s, x, sess.run(["logits"], {k: v.numpy() for k, v in x.items()})[0])
+
+
+def test_saved_scale_decoder_outputs_decides_the_output_scale(family) -> None:
+    s = family(UNSCALED.id)
+    saved = json.loads((s.folder / "config.json").read_text())
+    assert saved["tie_word_embeddings"] is True and saved["scale_decoder_outputs"] is False
+    assert s.spec.tie_embeddings and s.spec.output.scale == 1.0
+    x = _inputs()
+    with torch.no_grad():
+        _close(s, x, specc.build_torch(s.spec, weights=s.weights).run(dict(x))["logits"])
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)

@@ -666,6 +666,57 @@ def bart(s: Any, arch: str) -> dict[str, Any]:
     return cfg
 
 
+def t5(s: Any, arch: str) -> dict[str, Any]:
+    """T5, mT5 and UMT5 (the inverse of ``hf_t5.spec``): pre-RMSNorm, no biases, unscaled scores, bucketed relative
+    positions (one table per stack, UMT5 one per layer), one shared embedding, relu / gated MLPs."""
+    mt5, umt5 = arch.startswith("MT5"), arch.startswith("UMT5")
+    _pre_rms(s)
+    need(not any(_bias(s, k) for k in ("qkv", "out", "mlp", "norm", "head")), ("bias",), "biases (T5 has none)")
+    a = s.attention  # (no layer kinds in an encoder-decoder: the top level is every block)
+    need(a.prefix is None and a.chunk is None and a.latent is None, ("attention",), "prefix / chunked / latent")
+    need(a.softcap is None and a.qk_norm == "none", ("attention",), "softcapping or QK-norm")
+    need(s.output.softcap is None, ("output", "softcap"), "final logit softcapping")
+    need(a.scale == 1.0, ("attention", "scale"), "scaled scores (T5 folds 1/√d_kv into the weights: scale 1)")
+    need(a.mask in (None, "padding"), ("attention", "mask"), f"a {a.mask} mask")
+    need(a.kv_heads in (None, a.heads), ("attention", "kv_heads"), "grouped-query attention")
+    p = s.position
+    need(p.type == "relative", ("position", "type"), f"{p.type} positions (T5's are bucketed relative ones)")
+    need(p.per_layer == umt5, ("position", "per_layer"), "per-layer tables" if p.per_layer else "tables per stack")
+    need(s.shared_embeddings, ("shared_embeddings",), "separate source and target embeddings")
+    need(s.target_vocab_size in (None, s.vocab_size), ("target_vocab_size",), "a target vocabulary of its own")
+    need(s.vocab_size > 1, ("vocab_size",), "fewer than 2 ids (T5 pads with 0, ends with 1)")
+    m = s.mlp
+    need(m.type in ("classic", "swiglu"), ("mlp", "type"), f"a {m.type} MLP")
+    act = _act(m.activation, ("mlp", "activation"))
+    proj = act if m.type == "classic" else "gated-gelu" if m.activation == "gelu_tanh" else f"gated-{act}"
+    d = s.d_model
+    scaled = s.output.scale != 1.0
+    need(not mt5 or not scaled, ("output", "scale"), "a scaled decoder output (mT5 never scales)")
+    need(not scaled or abs(s.output.scale - d**-0.5) < 1e-12, ("output", "scale"), "output scales other than D^-½")
+    cfg: dict[str, Any] = {
+        "vocab_size": s.vocab_size,
+        "n_positions": s.context,
+        "d_model": d,
+        "d_kv": a.head_dim or d // a.heads,
+        "d_ff": m.hidden,
+        "num_layers": s.blocks.encoder,
+        "num_decoder_layers": s.blocks.decoder,
+        "num_heads": a.heads,
+        "relative_attention_num_buckets": p.buckets,
+        "relative_attention_max_distance": p.max_distance,
+        "layer_norm_epsilon": s.norm.eps,
+        "feed_forward_proj": proj,
+        "tie_word_embeddings": s.tie_embeddings,
+        "is_encoder_decoder": True,
+        "pad_token_id": 0,  # T5's convention: decoding starts with the pad id
+        "eos_token_id": 1,
+        "decoder_start_token_id": 0,
+    }
+    if not mt5:  # transformers 5 ties T5's head always and reads whether to scale from this field
+        cfg["scale_decoder_outputs"] = scaled
+    return cfg
+
+
 def granite(s: Any) -> dict[str, Any]:
     """Llama with multipliers on the embeddings, the scores, each residual branch and (divided) the logits."""
     need(s.norm.type == "rmsnorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-RMSNorm")
@@ -894,6 +945,9 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "SiglipVisionModel": ("siglip_vision_model", siglip_vision),
     "BartForConditionalGeneration": ("bart", lambda s: bart(s, "BartForConditionalGeneration")),
     "MarianMTModel": ("marian", lambda s: bart(s, "MarianMTModel")),
+    "T5ForConditionalGeneration": ("t5", lambda s: t5(s, "T5ForConditionalGeneration")),
+    "MT5ForConditionalGeneration": ("mt5", lambda s: t5(s, "MT5ForConditionalGeneration")),
+    "UMT5ForConditionalGeneration": ("umt5", lambda s: t5(s, "UMT5ForConditionalGeneration")),
     "DeepseekV2ForCausalLM": ("deepseek_v2", lambda s: deepseek(s, "DeepseekV2ForCausalLM")),
     "DeepseekV3ForCausalLM": ("deepseek_v3", lambda s: deepseek(s, "DeepseekV3ForCausalLM")),
 }
@@ -944,7 +998,13 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "CLIPTextModel",
     ),
     "vit": ("ViTForImageClassification", "ViTModel", "CLIPVisionModel", "SiglipVisionModel"),
-    "encoder_decoder": ("BartForConditionalGeneration", "MarianMTModel"),
+    "encoder_decoder": (
+        "BartForConditionalGeneration",
+        "MarianMTModel",
+        "T5ForConditionalGeneration",
+        "UMT5ForConditionalGeneration",
+        "MT5ForConditionalGeneration",
+    ),
 }
 
 

@@ -5,7 +5,8 @@ weights: ``attention.scale: 1``), a head size ``d_kv`` of its own, a bucketed re
 (``position: relative``) held by layer 0 of each stack and read by all (T5, mT5) or one per layer (UMT5),
 ``feed_forward_proj`` relu (T5 v1.0) or gated-gelu (v1.1, flan: a gated MLP over gelu_new), one ``shared``
 table for both stacks, and, as transformers 5 computes it, the decoder output scaled by d_model^-½ before the head
-(``output.scale``) when ``tie_word_embeddings`` is not false (T5, UMT5; mT5 never scales).
+(``output.scale``) where ``scale_decoder_outputs`` says so, or, without it, when ``tie_word_embeddings`` is not false
+(T5, UMT5; mT5 never scales).
 """
 
 from __future__ import annotations
@@ -72,7 +73,12 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "bias": False,
         **cfg.training(embedding="dropout_rate", attention="dropout_rate", residual="dropout_rate"),
     }
-    if tie and not mt5:  # transformers' T5 and UMT5 scale the decoder output by d_model^-½ (mT5 never does)
+    # transformers' T5 and UMT5 scale the decoder output by d_model^-½ (mT5 never does): as the saved
+    # scale_decoder_outputs says (5.x writes it, and then always tie_word_embeddings: true), else when tied
+    scale = not mt5 and cfg.flag("scale_decoder_outputs", tie)
+    if mt5:
+        cfg.ignore("scale_decoder_outputs")
+    if scale:
         doc["output"] = {"scale": d**-0.5}
     return doc
 
