@@ -102,7 +102,7 @@ def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> No
 
 # Line budgets reached so far (issue 25 asks GPT-2 ≤ 250 and a Llama without RoPE scaling ≤ 300): a change that
 # lets model.py grow fails here; one that shrinks it lowers the number.
-BUDGETS = {"gpt2": 372, "llama2-7b": 392}
+BUDGETS = {"gpt2": 371, "llama2-7b": 392}
 
 
 @pytest.mark.parametrize("preset", sorted(BUDGETS))
@@ -178,7 +178,7 @@ def helper():
 """
     out = specialise(source, {"self.kind": ["a"], "self.size": [None]}, keep={"helper"})
     assert "self.kind" not in out and '"b"' not in out and "unused" not in out and "size" not in out
-    assert "y = 3" in out and "return x * y" in out
+    assert "y = 3" not in out and "return x * 3" in out  # a local the facts decide reads as its value
     undecided = specialise(source, {"self.kind": ["a", "b"]}, keep={"helper"})
     assert 'if self.kind == "b"' in undecided and '"c"' not in undecided
     assert "self.size is None" in undecided

@@ -320,6 +320,10 @@ class _Folder(_Text):
             values = self.facts.get(ast.unparse(node))
             if values is not None and len(values) == 1 and isinstance(values[0], _LITERALS):
                 return self.replace(node, repr(values[0]))
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):  # a local bound once to what facts decide
+            values = self.local.get(node.id)
+            if values is not None and len(values) == 1:
+                return self.replace(node, repr(values[0]))
         if isinstance(node, ast.Compare):
             values = self.values(node)
             if values is not None and len(values) == 1:
