@@ -102,7 +102,7 @@ def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> No
 
 # Line budgets reached so far (issue 25 asks GPT-2 ≤ 250 and a Llama without RoPE scaling ≤ 300): a change that
 # lets model.py grow fails here; one that shrinks it lowers the number.
-BUDGETS = {"gpt2": 371, "llama2-7b": 392}
+BUDGETS = {"gpt2": 366, "llama2-7b": 387}
 
 
 @pytest.mark.parametrize("preset", sorted(BUDGETS))
@@ -206,3 +206,26 @@ def test_build_with_a_smaller_config_makes_a_variant_that_runs(preset: str, tmp_
     assert out.shape[-1] == 50 and torch.isfinite(out).all()
     if preset != "transformer-base":
         assert model.generate(ids, 3).shape == (1, 8)
+
+
+def test_a_base_default_every_subclass_sets_again_is_dropped_unless_the_base_is_used_by_name() -> None:
+    source = """
+class Base:
+    FACTS = {}
+    KEPT = ()
+
+    def read(self):
+        return self.FACTS, self.KEPT
+
+
+class Root(Base):
+    FACTS = {"a": 1}
+
+
+def helper():
+    return Root().read()
+"""
+    out = specialise(source, {}, keep={"helper"})
+    assert 'FACTS = {"a": 1}' in out and "    FACTS = {}" not in out and "KEPT = ()" in out  # Root lacks KEPT
+    used = specialise(source + "\n\ndef other():\n    return Base().read()\n", {}, keep={"helper", "other"})
+    assert "    FACTS = {}" in used

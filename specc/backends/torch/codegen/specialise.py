@@ -397,6 +397,8 @@ class _Pruner(_Text):
     def _classes(self) -> str | None:
         for cls in (n for n in self.tree.body if isinstance(n, ast.ClassDef)):
             for stmt in cls.body:
+                if self._shadowed(cls, stmt):
+                    return self._drop(stmt, cls.body)
                 if isinstance(stmt, ast.FunctionDef) and _only_super_init(stmt) and self._same_init(cls, stmt):
                     return self._drop(stmt, cls.body)
                 if isinstance(stmt, ast.FunctionDef):
@@ -421,6 +423,26 @@ class _Pruner(_Text):
                         if out is not None:
                             return out
         return None
+
+    def _shadowed(self, cls: ast.ClassDef, stmt: ast.stmt) -> bool:
+        """A plain class attribute of a class never constructed nor read by its own name, that each of its
+        subclasses here sets again (the Model base's TIED / INPUTS / META defaults under the one root class)."""
+        target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+        target = stmt.target if isinstance(stmt, ast.AnnAssign) and stmt.value is not None else target
+        value = getattr(stmt, "value", None)
+        plain = value is not None and (_plain(value) or (isinstance(value, ast.Tuple) and not value.elts))
+        if not isinstance(target, ast.Name) or not plain or cls.name in self.keep:
+            return False
+        subs = [c for c in self.tree.body if isinstance(c, ast.ClassDef) and cls.name in map(ast.unparse, c.bases)]
+        by_name = any(  # Model(...) or Model.META; Model.tie_weights is a method
+            isinstance(n, ast.Name) and n.id == cls.name and not any(n in c.bases for c in subs)
+            for n in ast.walk(self.tree)
+            if not isinstance(p := self.parents.get(n), ast.arg)  # an annotation constructs nothing
+            and not (isinstance(p, ast.Attribute) and p.attr not in _class_attrs(cls))
+        )
+        read_here = target.id in {n.id for s in cls.body if not isinstance(s, ast.FunctionDef) for n in _loads(s)}
+        sets = [target.id in {t.id for s in c.body for t in _targets(s)} for c in subs]
+        return bool(subs) and all(sets) and not by_name and not read_here
 
     def _same_init(self, cls: ast.ClassDef, init: ast.FunctionDef) -> bool:
         """Whether ``cls``'s one base has the method ``init`` overrides with the same signature (defaults too):
@@ -675,6 +697,21 @@ def _module_signature(name: str) -> list[tuple[str, str]] | None:
             return None
         out.append((p.name, "'<none>'" if p.default is p.empty else repr(p.default)))
     return out
+
+
+def _class_attrs(cls: ast.ClassDef) -> set[str]:
+    return {t.id for s in cls.body for t in _targets(s)}
+
+
+def _targets(stmt: ast.stmt) -> list[ast.Name]:
+    """The names a class-level assignment sets (``a = b``, ``a, b = …``, ``a: T = …``)."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    elts = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    return [e for e in elts if isinstance(e, ast.Name)]
+
+
+def _loads(node: ast.AST) -> Iterator[ast.Name]:
+    return (n for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
 
 
 def _plain(value: ast.expr) -> bool:

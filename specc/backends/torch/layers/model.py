@@ -36,7 +36,7 @@ def param_owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:
 
 
 class Model(nn.Module):
-    """Subclasses set the facts below, define ``forward`` and end ``__init__`` with ``tie_weights()``."""
+    """Subclasses set TIED, INPUTS, META, RESIDUAL, define ``forward`` and end ``__init__`` with ``tie_weights()``."""
 
     TIED: ClassVar[dict[str, str]] = {}  # parameter → the owner's parameter it IS (a head tied to the embedding)
     INPUTS: ClassVar[tuple[str, ...]] = ()  # forward's tensor arguments, as the graph names them (and OUTPUTS)
