@@ -195,8 +195,9 @@ def test_greedy_generation_with_kv_cache_matches_hf_generate(zoo, case: Case, tm
     n = 10
     want, want_logits = _hf_greedy(s, ids, n)
     start = s.hf.config.decoder_start_token_id if case.seq2seq else 0
+    seq2seq = {"decoder_start_token_id": start} if case.seq2seq else {}
     model = specc.build_torch(s.spec, weights=s.weights)
-    got = model.generate(ids, n, decoder_start_token_id=start, use_cache=True)
+    got = model.generate(ids, n, use_cache=True, **seq2seq)  # a decoder refuses an encoder-decoder's option
     assert got[:, -n:].tolist() == want.tolist()
 
     # the cached steps themselves, logit by logit (equal tokens alone could hide a cache that drifts)
