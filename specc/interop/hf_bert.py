@@ -23,12 +23,19 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     cfg.expect("add_cross_attention", False, False, "cross-attention in an encoder-only model")
     cfg.expect("position_embedding_type", "absolute", "absolute", "relative position scores")
     cfg.ignore("pad_token_id")  # only freezes a row's gradient
+    context = cfg.positive_int("max_position_embeddings")
+    return encoder_spec(cfg, _HEADS[arch], context, "learned")
+
+
+def encoder_spec(
+    cfg: HFConfig, head: str, context: int, position: Any, head_activation: str | None = None
+) -> dict[str, Any]:
+    """BERT's post-norm encoder; RoBERTa differs only in its position table and its MLM head's activation."""
     act = cfg.activation("hidden_act", "gelu")
-    head = _HEADS[arch]
     return {
         "kind": "encoder",
         "vocab_size": cfg.positive_int("vocab_size"),
-        "context": cfg.positive_int("max_position_embeddings"),
+        "context": context,
         "type_vocab_size": cfg.positive_int("type_vocab_size", 2),
         "d_model": cfg.positive_int("hidden_size"),
         "blocks": cfg.positive_int("num_hidden_layers"),
@@ -40,9 +47,9 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
             "embedding": True,
         },
         "mlp": {"type": "classic", "hidden": cfg.positive_int("intermediate_size"), "activation": act},
-        "position": "learned",
+        "position": position,
         "head": head,
-        "head_activation": act,
+        "head_activation": head_activation or act,
         "tie_embeddings": cfg.flag("tie_word_embeddings", True),
         "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": head == "mlm"},
         **cfg.training(

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..ir.graph import LayerGraph
 from .family import Family
+from .hf_bert import encoder_spec
 from .hf_config import HFConfig
 from .name_table import Table
 from .name_table import plan as table_plan
@@ -38,32 +39,9 @@ def roberta_spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "positions count the tokens attention_mask marks (HF: input_ids != pad_token_id); they agree when padding "
         "is masked"
     )
-    act = cfg.activation("hidden_act", "gelu")
-    head = _ROBERTA_HEADS[arch]
-    return {
-        "kind": "encoder",
-        "vocab_size": cfg.positive_int("vocab_size"),
-        "context": rows - pad - 1,
-        "type_vocab_size": cfg.positive_int("type_vocab_size", 2),
-        "d_model": cfg.positive_int("hidden_size"),
-        "blocks": cfg.positive_int("num_hidden_layers"),
-        "attention": {"heads": cfg.positive_int("num_attention_heads"), "mask": "padding"},
-        "norm": {
-            "type": "layernorm",
-            "placement": "post",
-            "eps": cfg.number("layer_norm_eps", 1e-12),
-            "embedding": True,
-        },
-        "mlp": {"type": "classic", "hidden": cfg.positive_int("intermediate_size"), "activation": act},
-        "position": {"type": "learned", "offset": pad + 1, "skip_padding": True},
-        "head": head,
-        "head_activation": "gelu",  # RobertaLMHead applies gelu whatever hidden_act says
-        "tie_embeddings": cfg.flag("tie_word_embeddings", True),
-        "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": head == "mlm"},
-        **cfg.training(
-            embedding="hidden_dropout_prob", attention="attention_probs_dropout_prob", residual="hidden_dropout_prob"
-        ),
-    }
+    position = {"type": "learned", "offset": pad + 1, "skip_padding": True}
+    # RobertaLMHead applies gelu whatever hidden_act says
+    return encoder_spec(cfg, _ROBERTA_HEADS[arch], rows - pad - 1, position, head_activation="gelu")
 
 
 def distilbert_spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
