@@ -43,11 +43,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         kind="decoder",
         norm={"type": "layernorm", "placement": "pre", "eps": cfg.number("layer_norm_eps", 1e-5)},
         parallel="shared_norm",
-        mlp={
-            "type": "swiglu",
-            "hidden": cfg.positive_int("intermediate_size"),
-            "activation": cfg.activation("hidden_act", "silu"),
-        },
+        mlp=dec.swiglu(cfg),
         position={**rope, "rotation": "interleaved"},
         bias={"qkv": bias, "out": bias, "mlp": False, "norm": False, "head": False},
         output={"scale": cfg.number("logit_scale", 0.0625)},

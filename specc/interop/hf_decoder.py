@@ -28,6 +28,15 @@ def sizes(cfg: HFConfig) -> dict[str, Any]:
     }
 
 
+def swiglu(cfg: HFConfig) -> dict[str, Any]:
+    """The gated MLP most decoder families share: ``intermediate_size`` units, ``hidden_act`` (silu by default)."""
+    return {
+        "type": "swiglu",
+        "hidden": cfg.positive_int("intermediate_size"),
+        "activation": cfg.activation("hidden_act", "silu"),
+    }
+
+
 def layer_types(cfg: HFConfig, default: list[str]) -> list[str]:
     """``layer_types`` as config.json states it (transformers 5 writes it), else the family's own rule."""
     n = cfg.positive_int("num_hidden_layers")

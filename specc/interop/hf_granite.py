@@ -29,11 +29,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     doc.update(
         kind="decoder",
         norm={"type": "rmsnorm", "placement": "pre", "eps": cfg.number("rms_norm_eps", 1e-6)},
-        mlp={
-            "type": "swiglu",
-            "hidden": cfg.positive_int("intermediate_size"),
-            "activation": cfg.activation("hidden_act", "silu"),
-        },
+        mlp=dec.swiglu(cfg),
         position=position(cfg),
         bias={"qkv": bias, "out": bias, "mlp": cfg.flag("mlp_bias", False), "norm": False, "head": False},
         residual_scale=_positive(cfg, "residual_multiplier"),

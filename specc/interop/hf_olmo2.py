@@ -20,11 +20,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     doc.update(
         kind="decoder",
         norm={"type": "rmsnorm", "placement": "output", "eps": cfg.number("rms_norm_eps", 1e-5)},
-        mlp={
-            "type": "swiglu",
-            "hidden": cfg.positive_int("intermediate_size"),
-            "activation": cfg.activation("hidden_act", "silu"),
-        },
+        mlp=dec.swiglu(cfg),
         position=position(cfg),
         bias={"qkv": bias, "out": bias, "mlp": False, "norm": False, "head": False},
         tie_embeddings=cfg.flag("tie_word_embeddings", False),

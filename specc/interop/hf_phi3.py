@@ -27,11 +27,7 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     doc.update(
         kind="decoder",
         norm={"type": "rmsnorm", "placement": "pre", "eps": cfg.number("rms_norm_eps", 1e-5)},
-        mlp={
-            "type": "swiglu",
-            "hidden": cfg.positive_int("intermediate_size"),
-            "activation": cfg.activation("hidden_act", "silu"),
-        },
+        mlp=dec.swiglu(cfg),
         position=rope,
         bias=False,
         tie_embeddings=cfg.flag("tie_word_embeddings", False),
