@@ -135,7 +135,7 @@ def _residual(std: float, init_std: float) -> str:
     """``init_std / sqrt(2 · layers)`` as that expression where it gives the same float, else the literal."""
     k = round((init_std / std) ** 2) if std else 0
     expr = f"{init_std!r} / {k}**0.5"
-    return expr if k > 1 and eval(expr) == std else lit(std)  # an expression of two literals, evaluated here
+    return expr if k > 1 and init_std / k**0.5 == std else lit(std)  # the same float arithmetic the file will do
 
 
 def _long_raw(pattern: str, width: int = 96) -> str:
