@@ -73,6 +73,26 @@ def test_graph_formats(cli) -> None:
     assert total == 124_439_808
 
 
+def test_every_command_prints_the_analyzers_parameter_count(cli) -> None:
+    """DeepSeek-V3's routing bias is a buffer in the reference, not a parameter: validate, graph and presets print
+    ``params.total`` (HF's ``num_parameters()``), not the tensors specc stores."""
+    from specc.analysis.params import count_params
+    from specc.ir.lower import lower
+    from specc.spec.loader import load_spec
+    from specc.spec.presets import find_preset
+
+    g = lower(load_spec(find_preset("deepseek-v3")))
+    counts = count_params(g)
+    assert counts.buffers > 0 and g.num_params() == counts.total + counts.buffers
+    shown = f"{counts.total:,} parameters"
+    for command in (("validate", "deepseek-v3"), ("graph", "deepseek-v3")):
+        code, out, err = cli(*command)
+        assert code == 0, err
+        assert shown in out.splitlines()[0]
+    code, out, _ = cli("presets")
+    assert code == 0 and f"{counts.total:,}" in out and f"{g.num_params():,}" not in out
+
+
 def test_schema_is_json_schema(cli) -> None:
     code, out, _ = cli("schema")
     assert code == 0

@@ -25,6 +25,7 @@ def import_hf(
     ] = True,
 ) -> None:
     """Import a Hugging Face model's config.json as a spec; fields specc cannot express are errors."""
+    from ..analysis.params import count_params
     from ..interop import check_names
     from ..interop import import_hf as do_import
     from ..interop import safetensors_read as checkpoint
@@ -49,9 +50,8 @@ def import_hf(
     target = write(imported, target)
     for note in imported.notes:
         err.print(f"note: {note}", markup=False)
-    out.print(
-        f"wrote {target}: {imported.architecture} → {imported.spec.kind}, {g.num_params():,} parameters", markup=False
-    )
+    total = count_params(g).total
+    out.print(f"wrote {target}: {imported.architecture} → {imported.spec.kind}, {total:,} parameters", markup=False)
     if weights is not None:
         out.print(
             f"checked {weights.name}: every tensor maps onto the spec (load it with --weights {weights})", markup=False

@@ -19,6 +19,7 @@ def validate(
     sets: SetOpt = None,
 ) -> None:
     """Check specs; report every problem as file:line:col. Exit 0 if all are valid, 2 otherwise."""
+    from ..analysis.params import count_params
     from ..ir.lower import lower
 
     problems: list[SpecError] = []
@@ -26,7 +27,7 @@ def validate(
         try:
             spec = load(path, sets)
             g = lower(spec)
-            out.print(f"{path}: ok ({spec.kind}, {g.num_params():,} parameters)")
+            out.print(f"{path}: ok ({spec.kind}, {count_params(g).total:,} parameters)")
         except SpecError as e:
             problems.append(e)
     if problems:
@@ -49,6 +50,7 @@ def graph(
     sets: SetOpt = None,
 ) -> None:
     """Lower a spec and print its layer graph."""
+    from ..analysis.params import count_params
     from ..ir import render
     from ..ir.lower import lower
 
@@ -60,7 +62,7 @@ def graph(
     elif format is GraphFormat.json:
         out.out(render.to_json(g), end="")
     else:
-        for line in render.summary_lines(g):
+        for line in render.summary_lines(g, count_params(g).total):
             out.print(line)
         t = Table("op", "kind", "category", "shape", "params", box=None, pad_edge=False)
         for row in render.table_rows(g):
@@ -79,6 +81,7 @@ def schema() -> None:
 @app.command()
 def presets() -> None:
     """List the preset specs, one line each."""
+    from ..analysis.params import count_params
     from ..ir.lower import lower
     from ..spec.loader import load_spec
     from ..spec.presets import find_preset, preset_names
@@ -93,7 +96,6 @@ def presets() -> None:
             blocks = f"{blocks.encoder}+{blocks.decoder}"
         heads = s.attention.heads if hasattr(s, "attention") else "-"
         d = getattr(s, "d_model", None) or s.rnn.hidden
-        t.add_row(
-            name, s.kind, str(blocks or s.rnn.layers), str(d), str(heads), f"{lower(s).num_params():,}", s.source or ""
-        )
+        total = count_params(lower(s)).total
+        t.add_row(name, s.kind, str(blocks or s.rnn.layers), str(d), str(heads), f"{total:,}", s.source or "")
     out.print(t)

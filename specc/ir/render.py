@@ -20,11 +20,13 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def summary_lines(g: LayerGraph) -> list[str]:
+def summary_lines(g: LayerGraph, parameters: int | None = None) -> list[str]:
+    """``parameters``: the count to print (the analyzer's reference total); by default the tensors specc stores."""
     m = g.meta
     kinds = Counter(op.kind for op in g.ops())
+    count = g.num_params() if parameters is None else parameters
     return [
-        f"{m['name']}: {m['family']} ({m['task']}), {len(g)} ops, {g.num_params():,} parameters",
+        f"{m['name']}: {m['family']} ({m['task']}), {len(g)} ops, {count:,} parameters",
         "inputs:  " + ", ".join(f"{i.name}{shape_str(i.shape)}:{i.dtype}" for i in g.inputs.values()),
         "outputs: " + ", ".join(f"{k}{shape_str(g.shape_of(v))} ← {v}" for k, v in g.outputs.items()),
         "ops:     " + ", ".join(f"{k}×{n}" for k, n in sorted(kinds.items())),
