@@ -30,6 +30,7 @@ EXTRA = {  # kinds CASES does not hold: scaled RoPE, soft-capped and per-layer s
     "chunked_rope": ("gpt2", [*SMALL, "attention.mask=chunked", "attention.chunk=4", "position=rotary"]),
     "bloom_alibi": ("bloom-176b", [*SMALL, "dtype=fp32"]),
     "sinks": ("gpt2", [*SMALL, "attention.sinks=true"]),
+    "mistral_sinks_gqa": ("mistral-7b", [*GQA, "attention.window=4", "attention.sinks=true"]),
     "deepseek_mla_moe": (
         "deepseek-v3",
         [
@@ -229,3 +230,47 @@ def helper():
     assert 'FACTS = {"a": 1}' in out and "    FACTS = {}" not in out and "KEPT = ()" in out  # Root lacks KEPT
     used = specialise(source + "\n\ndef other():\n    return Base().read()\n", {}, keep={"helper", "other"})
     assert "    FACTS = {}" in used
+
+
+def test_compile_python_writes_a_spec_no_name_table_fits(cli, tmp_path: Path) -> None:
+    """Sinks on a GQA Mistral: no Hugging Face family stores such a model (GPT-NeoX's per-head q/k/v does not
+    split for kv_heads 2), so model.py keeps specc names and is written, not a traceback."""
+    out = tmp_path / "model.py"
+    sets = [a for s in [*GQA, "attention.window=4", "attention.sinks=true"] for a in ("--set", s)]
+    code, _, stderr = cli("compile", "mistral-7b", *sets, "--target", "python", "-o", out)
+    assert code == 0, stderr
+    text = out.read_text()
+    assert "class SinkAttention" in text and "HF_NAMES" not in text
+
+
+def test_a_fused_qkv_layout_that_does_not_split_is_a_spec_error() -> None:
+    from specc.errors import SpecError
+    from specc.interop.weight_map import regrouped
+
+    assert regrouped("qkv.weight", (96, 8), 4, (1, 1, 1), "per head").op == ("regroup", 4, (1, 1, 1))
+    with pytest.raises(SpecError, match=r"128 rows of qkv\.weight do not split into 4 groups of 3 blocks"):
+        regrouped("qkv.weight", (128, 8), 4, (1, 1, 1), "per head")
+
+
+def test_a_docstring_cut_to_one_line_ends_its_clause() -> None:
+    """Every library class docstring that model.py cuts ends on a closed clause: brackets and backquotes closed,
+    no dangling "or." / "of."; the cut prefers ``;`` / ``:`` over ``,`` / ``(`` over a bare word boundary."""
+    import ast
+
+    from specc.backends.torch.standalone import DANGLING, one_line
+
+    rotary = "RoPE on the first ``dims`` dims of each q/k head: the two halves rotated together (GPT-NeoX, Llama)"
+    rotary += " or, ``interleaved``, adjacent pairs (GPT-J); cos/sin built once per call."
+    assert one_line(rotary, 110) == "RoPE on the first ``dims`` dims of each q/k head."
+    assert one_line("A short one. Then more.", 110) == "A short one."
+    assert one_line("x" * 200, 50) == "x" * 49 + "."  # no boundary at all: cut at the width
+    library = ROOT / "specc" / "backends" / "torch" / "layers"
+    trees = [ast.parse(f.read_text()) for f in library.glob("*.py")]
+    docs = [ast.get_docstring(n) for t in trees for n in ast.walk(t) if isinstance(n, ast.ClassDef)]
+    cut = [d for d in docs if d and len(" ".join(d.split()).split(". ")[0]) >= 110]
+    assert len(cut) >= 5
+    for doc in cut:
+        line = one_line(doc, 110)
+        assert len(line) <= 110 and line.endswith(".") and line.count("`") % 2 == 0, line
+        assert line.count("(") + line.count("[") == line.count(")") + line.count("]"), line
+        assert line[:-1].rsplit(" ", 1)[-1].lower() not in DANGLING, line

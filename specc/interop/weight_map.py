@@ -204,9 +204,11 @@ def listed(what: str, items: list[str], hint: str) -> list[Diagnostic]:
 
 
 def regrouped(src: str, shape: ShapeT, groups: int, sizes: tuple[int, ...], how: str) -> Rule:
-    """Rows of a fused tensor stored group by group (``tensor_ops.regroup``): per-head or per-group q/k/v."""
+    """Rows of a fused tensor stored group by group (``tensor_ops.regroup``): per-head or per-group q/k/v. A
+    shape that does not split is a SpecError: the family's layout does not fit this spec (name-table search
+    tries the next family; an import reports it located)."""
     if shape[0] % (groups * sum(sizes)):
-        raise ValueError(f"{shape[0]} rows of {src} do not split into {groups} groups of {sum(sizes)} blocks")
+        raise SpecError(f"{shape[0]} rows of {src} do not split into {groups} groups of {sum(sizes)} blocks")
     return Rule((src,), (shape,), f"rows regrouped ({how})", ("regroup", groups, sizes))
 
 

@@ -82,13 +82,31 @@ def _short_docstrings(text: str, node: ast.stmt) -> str:
     return "\n".join(lines)
 
 
+# a cut after one of these words leaves the clause open ("... rotated together or.")
+DANGLING = {"a", "an", "and", "as", "at", "but", "by", "for", "from", "in", "into", "nor", "of", "on", "or", "than"}
+DANGLING |= {"that", "the", "then", "to", "when", "where", "which", "with"}
+
+
 def one_line(doc: str, width: int) -> str:
-    """A docstring's first sentence, cut at a clause (then a word) boundary to fit ``width`` columns."""
+    """A docstring's first sentence; where it does not fit ``width`` columns, cut at the last ``; `` or ``: ``,
+    else the last ``, `` or `` (``, else the last space, where the text before closes every bracket and
+    backquote and does not end on a word that leaves the clause open."""
     text = " ".join(doc.split()).split(". ")[0].rstrip(".")
     if len(text) + 1 > width:
-        cut = max(text.rfind(sep, 0, width - 1) for sep in (": ", "; ", ", ", " ("))
-        text = text[:cut] if cut > width // 2 else text[: text.rfind(" ", 0, width - 1)]
+        head = text[: width - 1]
+        strong = [m.start() for m in re.finditer(r"[;:](?= )", head) if m.start() > width // 3]
+        weak = [m.start() for m in re.finditer(r",(?= )| (?=\()", head) if m.start() > width // 4]
+        words = [m.start() for m in re.finditer(" ", head)]
+        closed = [c for cuts in (strong, weak, words) if (c := [i for i in cuts if _closed(text[:i])])]
+        text = text[: max(closed[0]) if closed else width - 1]
     return text.rstrip(",;:") + "."
+
+
+def _closed(text: str) -> bool:
+    """Whether ``text`` ends a clause: brackets and backquotes closed, its last word not a DANGLING one."""
+    last = text.rstrip(",;:").rsplit(" ", 1)[-1].lower()
+    opened = text.count("(") + text.count("[") - text.count(")") - text.count("]")
+    return opened == 0 and text.count("`") % 2 == 0 and last not in DANGLING
 
 
 def _bound_names(line: str) -> list[str]:
