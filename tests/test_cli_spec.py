@@ -99,7 +99,7 @@ def test_schema_is_json_schema(cli) -> None:
     schema = json.loads(out)
     assert schema["$schema"].startswith("https://json-schema.org/")
     kinds = {m["properties"]["kind"]["const"] for m in schema["$defs"].values() if "kind" in m.get("properties", {})}
-    assert kinds == {"decoder", "encoder", "encoder_decoder", "vit", "rnn_seq2seq"}
+    assert kinds == {"decoder", "encoder", "encoder_decoder", "vit", "rnn_seq2seq", "dual_encoder"}
     # the committed copy used by the presets' modeline is current
     assert json.loads((ROOT / "specc.schema.json").read_text()) == schema
 

@@ -49,6 +49,8 @@ POSITION_2D_ADD = 2  # row and column tables
 ROPE = 3  # per rotated element: x·cos + rotate_half(x)·sin
 EMBED_SCALE = 1  # embedding × scale when the scale is not 1
 MEAN_POOL = 1  # per element summed
+L2_NORMALIZE = 3  # per element: square, sum, divide (and one square root per row)
+LOGIT_SCALE = 1  # per image-text logit: × exp(logit_scale) (+ 1 for the logit bias)
 
 # Mixture of experts.
 MOE_COMBINE = 2  # per (token, active expert, channel): gate weight × expert output, summed

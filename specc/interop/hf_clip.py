@@ -1,11 +1,12 @@
-"""CLIP's towers (``CLIPVisionModel``, ``CLIPTextModel``): config → vit / encoder spec; split q/k/v
-projections and quick_gelu MLPs in both → specc names.
+"""CLIP's towers (``CLIPVisionModel``, ``CLIPTextModel`` and their ``*WithProjection`` classes): config → vit /
+encoder spec; split q/k/v projections and quick_gelu MLPs in both → specc names.
 
 The vision tower is ``head: pooled_norm`` with ``norm.final: false`` (its ``last_hidden_state`` is the blocks'
 output, unnormed), ``norm.embedding: true`` (``pre_layrnorm``), a class embedding and a bias-free patch conv.
 The text tower is a causal encoder with ``head: eos``: ``pooler_output`` is the final-normed token at the first
 EOS id (``eos_token``), or at the largest id for configs whose ``eos_token_id`` is 2 (transformers' rule for
-CLIP configs from before the EOS id was fixed).
+CLIP configs from before the EOS id was fixed). The *WithProjection classes add the tower's bias-free projection
+(``projection: projection_dim``), whose output is ``image_embeds`` / ``text_embeds`` in place of ``pooler_output``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,15 @@ from .name_table import plan as table_plan
 from .weight_map import Plan
 
 
-def _tower(cfg: HFConfig) -> dict[str, Any]:
-    """What both towers share: width, blocks, heads, quick_gelu MLP, pre-norm LayerNorm blocks with biases."""
-    cfg.ignore("projection_dim", "initializer_factor")  # the projection lives in CLIPModel; init only
+def _tower(cfg: HFConfig, arch: str) -> dict[str, Any]:
+    """What both towers share: width, blocks, heads, quick_gelu MLP, pre-norm LayerNorm blocks with biases; the
+    projection of the *WithProjection classes (a tower of CLIPModel has its projection given by the model)."""
+    cfg.ignore("initializer_factor")  # init only
+    projection = cfg.positive_int("projection_dim", 512) if arch.endswith("WithProjection") else None
+    if projection is None:
+        cfg.ignore("projection_dim")  # only the *WithProjection classes (and CLIPModel, at its top level) read it
     return {
+        **({"projection": projection} if projection is not None else {}),
         "d_model": cfg.positive_int("hidden_size"),
         "blocks": cfg.positive_int("num_hidden_layers"),
         "mlp": {
@@ -55,7 +61,7 @@ def vision_spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "head": "pooled_norm",
         "attention": {"heads": cfg.positive_int("num_attention_heads"), "mask": "none"},
         "norm": {"type": "layernorm", "placement": "pre", "eps": eps, "embedding": True, "final": False},
-        **_tower(cfg),
+        **_tower(cfg, arch),
     }
 
 
@@ -75,7 +81,7 @@ def text_spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
         "norm": {"type": "layernorm", "placement": "pre", "eps": cfg.number("layer_norm_eps", 1e-5)},
         "head": "eos",
         "eos_token": None if eos == 2 else eos,  # 2: the old configs' id, pooled at the largest id
-        **_tower(cfg),
+        **_tower(cfg, arch),
     }
 
 
@@ -101,6 +107,7 @@ VISION_TABLE = Table(
         "pos.weight": f"{_V}embeddings.position_embedding.weight",
         "embed_norm.{k}": f"{_V}pre_layrnorm.{{k}}",
         "pool_norm.{k}": f"{_V}post_layernorm.{{k}}",
+        "projection.weight": "visual_projection.weight",  # CLIPVisionModelWithProjection's, beside vision_model
         **_blocks(_V),
     },
     prefix="vision_model.",
@@ -115,6 +122,7 @@ TEXT_TABLE = Table(
         "embed.weight": f"{_T}embeddings.token_embedding.weight",
         "pos.weight": f"{_T}embeddings.position_embedding.weight",
         "norm_f.{k}": f"{_T}final_layer_norm.{{k}}",
+        "projection.weight": "text_projection.weight",  # CLIPTextModelWithProjection's, beside text_model
         **_blocks(_T),
     },
     prefix="text_model.",
@@ -139,8 +147,20 @@ def vision_plan(g: LayerGraph, names: set[str]) -> Plan:
 
 
 VISION_FAMILY = Family(
-    "CLIP vision", ("CLIPVisionModel",), ("clip_vision_model",), ("vit",), vision_spec, vision_detect, vision_plan
+    "CLIP vision",
+    ("CLIPVisionModel", "CLIPVisionModelWithProjection"),
+    ("clip_vision_model",),
+    ("vit",),
+    vision_spec,
+    vision_detect,
+    vision_plan,
 )
 TEXT_FAMILY = Family(
-    "CLIP text", ("CLIPTextModel",), ("clip_text_model",), ("encoder",), text_spec, text_detect, text_plan
+    "CLIP text",
+    ("CLIPTextModel", "CLIPTextModelWithProjection"),
+    ("clip_text_model",),
+    ("encoder",),
+    text_spec,
+    text_detect,
+    text_plan,
 )

@@ -53,6 +53,8 @@ class HFConfig:
         self._text = text or ""
         self._used: set[str] = set(GENERIC_IGNORED)
         self.notes: list[str] = []
+        self._start, self._prefix = 0, ""  # a nested config's place in the file and its key path (``sub``)
+        self._subs: list[HFConfig] = []
 
     @classmethod
     def read(cls, path: str | Path) -> HFConfig:
@@ -73,7 +75,8 @@ class HFConfig:
     def require(self, key: str) -> Any:
         self._used.add(key)
         if key not in self.data:
-            raise SpecError(f"config.json has no '{key}'", file=self.path, hint="it is required for this model type")
+            hint = "it is required for this model type"
+            raise SpecError(f"config.json has no '{self._prefix}{key}'", file=self.path, hint=hint)
         return self.data[key]
 
     def ignore(self, *keys: str) -> None:
@@ -81,13 +84,26 @@ class HFConfig:
         self._used.update(keys)
 
     def unused(self) -> list[str]:
-        return sorted(k for k in self.data if k not in self._used)
+        mine = [f"{self._prefix}{k}" for k in self.data if k not in self._used]
+        return sorted(mine + [k for sub in self._subs for k in sub.unused()])
+
+    def sub(self, key: str) -> HFConfig:
+        """The object at ``key`` (a dual encoder's ``text_config``) read as a config of its own: its refusals name
+        and point at its fields (``text_config.hidden_act``), and its unread fields count as this config's."""
+        data = self.require(key)
+        if not isinstance(data, dict):
+            raise self.refuse(key, f"expected an object, got {_show(data)}")
+        child = HFConfig(data, self.path, self._text)
+        child._start, child._prefix = self.offset(key) or 0, f"{self._prefix}{key}."
+        child.notes = self.notes  # one list: a tower's notes are the model's
+        self._subs.append(child)
+        return child
 
     # -- judging ----------------------------------------------------------------------------------------
 
     def where(self, key: str) -> Diagnostic:
         """A diagnostic at the line of ``"key":`` in the file (first occurrence)."""
-        m = re.search(rf'"{re.escape(key)}"\s*:', self._text)
+        m = re.compile(rf'"{re.escape(key)}"\s*:').search(self._text, self._start)
         if not m:
             return Diagnostic("", self.path)
         line = self._text.count("\n", 0, m.start()) + 1
@@ -96,7 +112,7 @@ class HFConfig:
 
     def offset(self, path: str) -> int | None:
         """Where in the file the field at a dotted ``path`` (``attn_config.alibi``) is written; None if absent."""
-        at, data = 0, self.data
+        at, data = self._start, self.data
         for key in path.split("."):
             if not isinstance(data, dict) or key not in data:
                 return None
@@ -116,7 +132,7 @@ class HFConfig:
 
     def refuse(self, key: str, message: str, hint: str | None = None) -> SpecError:
         w = self.where(key.split(".")[0])
-        return SpecError([Diagnostic(f"{key}: {message}", w.file, w.line, w.col, hint)])
+        return SpecError([Diagnostic(f"{self._prefix}{key}: {message}", w.file, w.line, w.col, hint)])
 
     def expect(self, key: str, allowed: Any, default: Any = _MISSING, why: str = "specc cannot express it") -> Any:
         """The field's value, which must equal ``allowed`` (or be one of a tuple of values)."""

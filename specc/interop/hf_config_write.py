@@ -632,6 +632,62 @@ def clip_text(s: Any) -> dict[str, Any]:
     }
 
 
+def _projected(tower: Any, write: Callable[[Any], dict[str, Any]], projection: bool) -> dict[str, Any]:
+    """A CLIP tower's config, with (the *WithProjection classes) or without its bias-free projection."""
+    if not projection:
+        need(tower.projection is None, ("projection",), "a projection (the *WithProjection class has one)")
+        return write(tower)
+    need(tower.projection is not None, ("projection",), "no projection (the *WithProjection class has one)")
+    need(not tower.projection.bias, ("projection", "bias"), "a projection with bias")
+    return {**write(tower), "projection_dim": tower.projection.dim}
+
+
+def siglip_text(s: Any) -> dict[str, Any]:
+    """SigLIP's text tower: bidirectional, final-normed, pooled at the last position through its head (with bias)."""
+    need(resolve.mask(s) in ("none", "padding"), ("attention", "mask"), "a masked text tower")
+    need(s.head == "last", ("head",), f"a {s.head} head (SigLIP's text tower pools the last position)")
+    need(s.projection is not None and s.projection.bias, ("projection",), "no head with bias")
+    need(not s.norm.embedding and resolve.final_norm(s), ("norm",), "norms other than final_layer_norm")
+    need(s.type_vocab_size == 0 and not s.position.offset, ("type_vocab_size",), "token types or position offsets")
+    return {
+        "vocab_size": s.vocab_size,
+        "max_position_embeddings": s.context,
+        "projection_size": s.projection.dim,
+        **_clip_tower(s),
+    }
+
+
+def _tower(part: str, tower: Any, write: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+    """A dual encoder's tower config; what it cannot state is blamed on the tower's own key."""
+    try:
+        return write(tower)
+    except Inexpressible as e:
+        raise Inexpressible((part, *e.path), e.message) from None
+
+
+def clip(s: Any) -> dict[str, Any]:
+    """CLIPModel: both towers with bias-free projections of one width, a learned logit scale, no bias."""
+    need(s.contrastive.logit_bias is None, ("contrastive", "logit_bias"), "a logit bias")
+    need(s.vision.projection is not None, ("vision", "projection"), "no image projection")
+    return {
+        "vision_config": _tower("vision", s.vision, lambda t: _projected(t, clip_vision, True)),
+        "text_config": _tower("text", s.text, lambda t: _projected(t, clip_text, True)),
+        "projection_dim": s.vision.projection.dim,
+        "logit_scale_init_value": s.contrastive.logit_scale,
+    }
+
+
+def siglip(s: Any) -> dict[str, Any]:
+    """SiglipModel: the attention-pooled image tower unprojected, the text tower's head, a logit scale and bias."""
+    need(s.contrastive.logit_bias is not None, ("contrastive", "logit_bias"), "no logit bias")
+    need(s.vision.projection is None, ("vision", "projection"), "an image projection")
+    need(s.vision.head == "attention_pool", ("vision", "head"), f"a {s.vision.head} image head")
+    return {
+        "vision_config": _tower("vision", s.vision, siglip_vision),
+        "text_config": _tower("text", s.text, siglip_text),
+    }
+
+
 def bart(s: Any, arch: str) -> dict[str, Any]:
     marian = arch == "MarianMTModel"
     need(s.norm.type == "layernorm" and s.norm.placement == "post", ("norm",), "norms other than post-LayerNorm")
@@ -940,9 +996,13 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "OPTForCausalLM": ("opt", opt),
     "ViTForImageClassification": ("vit", vit),
     "ViTModel": ("vit", vit),
-    "CLIPVisionModel": ("clip_vision_model", clip_vision),
-    "CLIPTextModel": ("clip_text_model", clip_text),
+    "CLIPVisionModel": ("clip_vision_model", lambda s: _projected(s, clip_vision, False)),
+    "CLIPVisionModelWithProjection": ("clip_vision_model", lambda s: _projected(s, clip_vision, True)),
+    "CLIPTextModel": ("clip_text_model", lambda s: _projected(s, clip_text, False)),
+    "CLIPTextModelWithProjection": ("clip_text_model", lambda s: _projected(s, clip_text, True)),
     "SiglipVisionModel": ("siglip_vision_model", siglip_vision),
+    "CLIPModel": ("clip", clip),
+    "SiglipModel": ("siglip", siglip),
     "BartForConditionalGeneration": ("bart", lambda s: bart(s, "BartForConditionalGeneration")),
     "MarianMTModel": ("marian", lambda s: bart(s, "MarianMTModel")),
     "T5ForConditionalGeneration": ("t5", lambda s: t5(s, "T5ForConditionalGeneration")),
@@ -996,8 +1056,16 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "ModernBertForMaskedLM",
         "ModernBertModel",
         "CLIPTextModel",
+        "CLIPTextModelWithProjection",
     ),
-    "vit": ("ViTForImageClassification", "ViTModel", "CLIPVisionModel", "SiglipVisionModel"),
+    "vit": (
+        "ViTForImageClassification",
+        "ViTModel",
+        "CLIPVisionModel",
+        "CLIPVisionModelWithProjection",
+        "SiglipVisionModel",
+    ),
+    "dual_encoder": ("CLIPModel", "SiglipModel"),
     "encoder_decoder": (
         "BartForConditionalGeneration",
         "MarianMTModel",
@@ -1013,10 +1081,11 @@ def config(s: Any, arch: str) -> dict[str, Any]:
     model_type, write = WRITERS[arch]
     if s.kind == "encoder":
         head = "mlm" if arch.endswith("ForMaskedLM") else "none" if arch == "DistilBertModel" else "pooled"
-        head = "eos" if arch == "CLIPTextModel" else "none" if arch == "ModernBertModel" else head
+        head = "eos" if arch.startswith("CLIPTextModel") else "none" if arch == "ModernBertModel" else head
         need(s.head == head, ("head",), f"a {s.head} head ({arch} has {head})")
     if s.kind == "vit":
         heads = {"ViTForImageClassification": "classifier", "ViTModel": "pooled", "CLIPVisionModel": "pooled_norm"}
+        heads["CLIPVisionModelWithProjection"] = "pooled_norm"
         head = heads.get(arch, "attention_pool or none")  # SiglipVisionModel: vision_use_head
         need(s.head in head.split(" or "), ("head",), f"a {s.head} head ({arch} has {head})")
     body = write(s)

@@ -2,7 +2,8 @@
 q/k/v, a final LayerNorm over every token (``post_layernorm``) and the attention-pooling head (``head``: a
 probe, ``nn.MultiheadAttention`` with packed ``in_proj``, LayerNorm, MLP) → specc names.
 
-``vision_use_head: false`` becomes ``head: none`` (``last_hidden_state`` only, as transformers then returns no
+``text_spec`` and ``TEXT_TABLE`` are the text tower of ``SiglipModel`` (hf_dual). ``vision_use_head: false``
+becomes ``head: none`` (``last_hidden_state`` only, as transformers then returns no
 pooled output).
 """
 
@@ -86,3 +87,44 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
 
 
 FAMILY = Family("SigLIP vision", ("SiglipVisionModel",), ("siglip_vision_model",), ("vit",), spec, detect, plan)
+
+
+def text_spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
+    """SigLIP's text tower: a bidirectional encoder (padding masked) whose pooled output is the final-normed last
+    position, padded or not, through ``head`` (a linear with bias, to projection_size, default hidden_size)."""
+    cfg.ignore("pad_token_id", "bos_token_id", "eos_token_id")  # the pooling reads the last position, no id
+    hidden = cfg.positive_int("hidden_size")
+    projection = hidden if cfg.get("projection_size") is None else cfg.positive_int("projection_size")
+    return {
+        "kind": "encoder",
+        "vocab_size": cfg.positive_int("vocab_size"),
+        "context": cfg.positive_int("max_position_embeddings", 64),
+        "d_model": hidden,
+        "blocks": cfg.positive_int("num_hidden_layers"),
+        "attention": {"heads": cfg.positive_int("num_attention_heads"), "mask": "padding"},
+        "norm": {"type": "layernorm", "placement": "pre", "eps": cfg.number("layer_norm_eps", 1e-6)},
+        "mlp": {
+            "type": "classic",
+            "hidden": cfg.positive_int("intermediate_size"),
+            "activation": cfg.activation("hidden_act", "gelu_pytorch_tanh"),
+        },
+        "position": "learned",
+        "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "head": False},
+        "head": "last",
+        "projection": {"dim": projection, "bias": True},
+        **cfg.training(attention="attention_dropout"),
+    }
+
+
+TEXT_TABLE = Table(
+    "SigLIP text",
+    {
+        "embed.weight": "{p}embeddings.token_embedding.weight",
+        "pos.weight": "{p}embeddings.position_embedding.weight",
+        "norm_f.{k}": "{p}final_layer_norm.{k}",
+        "projection.{k}": "{p}head.{k}",
+        **_blocks("{p}"),
+    },
+    prefix="text_model.",
+    ignore=(r"embeddings\.position_ids$",),
+)

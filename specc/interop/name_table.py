@@ -118,7 +118,7 @@ def _rule(g: LayerGraph, target: str, shape: ShapeT, alt: Alternative, fields: M
     if name == "squeeze":
         return squeezed(src[0], shape)
     if name == "unsqueeze":  # stored without the leading unit axes (CLIP's class embedding [D])
-        stored = tuple(shape[next(i for i, n in enumerate(shape) if n != 1) :])
+        stored = tuple(shape[next((i for i, n in enumerate(shape) if n != 1), len(shape)) :])  # CLIP's logit_scale: []
         return Rule((src[0],), (stored,), "leading unit axes added", ("reshape", shape))
     if name == "rows":
         return rows_from(src[0], shape, args[0])

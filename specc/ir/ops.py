@@ -57,7 +57,8 @@ Init = Literal["normal", "residual"]
 @dataclass(frozen=True)
 class ParamSpec:
     shape: tuple[int, ...]
-    init: str = "normal"  # normal (std) | residual (std / sqrt(2·layers)) | zeros | ones | rnn (U(±1/√H))
+    init: str = "normal"  # normal (std) | residual (std / sqrt(2·layers)) | zeros | ones | rnn (U(±1/√H)) | constant
+    # (constant: the value the op's attributes give, held by its module as ``constants``)
 
 
 @dataclass(frozen=True)
@@ -369,7 +370,7 @@ _op("dropout", "dropout(x, p) in training, identity in inference", DropoutAttrs,
 
 @attrs_dataclass
 class PoolAttrs(OpAttrs):
-    mode: Literal["mean", "cls", "eos"]
+    mode: Literal["mean", "cls", "eos", "last"]
     # mode eos (CLIP text): the token at the first position of this id in input_ids (the op's second input);
     # None: at the position of the largest id (CLIP configs before the EOS id was fixed)
     eos_token_id: int | None = optional()
@@ -377,11 +378,55 @@ class PoolAttrs(OpAttrs):
 
 _op(
     "pool",
-    "[B,N,D] → [B,D]: mean over tokens (`mode: mean`), the first token (`mode: cls`) or the token at the EOS "
-    "id in input_ids (`mode: eos`, second input)",
+    "[B,N,D] → [B,D]: mean over tokens (`mode: mean`), the first token (`mode: cls`), the last (`mode: last`) or "
+    "the token at the EOS id in input_ids (`mode: eos`, second input)",
     PoolAttrs,
     lambda a, s: (s[0][0], s[0][2]),
 )
+
+# -------------------------------------------------------------------------------------------- contrastive
+
+
+@attrs_dataclass
+class L2NormalizeAttrs(OpAttrs):
+    dim: int
+
+
+_op("l2_normalize", "x / ‖x‖₂ over the last axis, no eps (CLIP's and SigLIP's embeddings)", L2NormalizeAttrs, _same)
+
+
+@attrs_dataclass
+class ContrastiveAttrs(OpAttrs):
+    dim: int
+    logit_scale: float = 2.6592  # the learned log-temperature's initial value
+    logit_bias: float | None = None  # the learned logit bias's initial value; None: no bias
+
+
+_op(
+    "contrastive",
+    "inputs [text [B_t, dim], image [B_i, dim]] → logits_per_text [B_t, B_i] = exp(logit_scale) · text · imageᵀ "
+    "(+ logit_bias); parameters logit_scale [1] and logit_bias [1], starting at their attributes' values",
+    ContrastiveAttrs,
+    lambda a, s: (s[0][0], s[1][0]),
+    lambda a, s: {
+        "logit_scale": ParamSpec((1,), "constant"),
+        **({"logit_bias": ParamSpec((1,), "constant")} if a.logit_bias is not None else {}),
+    },
+)
+
+
+@attrs_dataclass
+class TransposeAttrs(OpAttrs):
+    pass
+
+
+_op(
+    "transpose",
+    "[M, N] → [N, M] (logits_per_image from logits_per_text)",
+    TransposeAttrs,
+    lambda a, s: (s[0][1], s[0][0]),
+)
+
 
 # -------------------------------------------------------------------------------------------- attention
 

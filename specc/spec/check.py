@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .rules_block import block_violations
+from .rules_contrastive import dual_encoder_rules, projection_rules
 from .rules_fields import (
     attention_rules,
     encoder_decoder_rules,
@@ -21,7 +22,16 @@ from .rules_fields import (
     vit_rules,
 )
 from .rules_kinds import layer_kinds
-from .schema import EncoderDecoderSpec, EncoderSpec, RNNSeq2SeqSpec, ViTSpec, _Base, _Transformer, install_check
+from .schema import (
+    DualEncoderSpec,
+    EncoderDecoderSpec,
+    EncoderSpec,
+    RNNSeq2SeqSpec,
+    ViTSpec,
+    _Base,
+    _Transformer,
+    install_check,
+)
 from .violation import RuleViolations
 
 
@@ -43,6 +53,10 @@ def violations(spec: _Base) -> Any:
         yield from vit_rules(spec)
     if isinstance(spec, EncoderSpec):
         yield from encoder_rules(spec)
+    if isinstance(spec, EncoderSpec | ViTSpec):
+        yield from projection_rules(spec)
+    if isinstance(spec, DualEncoderSpec):
+        yield from dual_encoder_rules(spec)
     if isinstance(spec, EncoderDecoderSpec):
         yield from encoder_decoder_rules(spec)
     if isinstance(spec, RNNSeq2SeqSpec):

@@ -208,10 +208,11 @@ def _diagnostics(e: ValidationError, doc: Located) -> Iterable[Diagnostic]:
         ctx_error = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_error, RuleViolations):
             own = doc.loc(()).file
+            at = _clean_path(root, err["loc"])  # a nested spec's rules (a dual encoder's tower) speak from it
             for v in ctx_error.violations:
-                keys = [k for k in (v.path, *v.also) if k in doc.locs]
+                keys = [k for k in ((*at, *v.path), *((*at, *a) for a in v.also)) if k in doc.locs]
                 mine = [k for k in keys if doc.locs[k].file == own or doc.locs[k].file.startswith("--set ")]
-                blame = mine[0] if mine else v.path
+                blame = mine[0] if mine else (*at, *v.path)
                 yield doc.loc(blame).diag(v.message, v.hint)
             continue
         yield _describe(err, _clean_path(root, err["loc"]), root, doc)

@@ -300,6 +300,37 @@ class Image(_Strict):
     )
 
 
+class Projection(_Strict):
+    """A linear map of a tower's pooled output into the embedding space two towers share (CLIP's
+    visual_projection / text_projection, SigLIP text's head)."""
+
+    dim: SInt = Field(..., ge=1, le=MAX_WIDTH, description="embedding width (projection_dim)")
+    bias: SBool = Field(False, description="an additive bias (SigLIP text's head has one, CLIP's have none)")
+
+
+def _projection_shortcut(v: Any) -> Any:
+    """``projection: 768`` → ``{dim: 768}``."""
+    return {"dim": v} if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+ProjectionField = Annotated[
+    Projection | None,
+    BeforeValidator(_projection_shortcut, json_schema_input_type=Union[int, Projection, None]),
+]
+
+
+class Contrastive(_Strict):
+    """How a dual encoder scores an image against a text: logits = exp(logit_scale) · cos(image, text) + logit_bias,
+    both learned scalars (Radford 2021; Zhai 2023 adds the bias for the sigmoid loss)."""
+
+    logit_scale: float = Field(
+        2.6592, description="initial value of the learned log-temperature (logit_scale_init_value; CLIP: log 1/0.07)"
+    )
+    logit_bias: float | None = Field(
+        None, description="initial value of a learned additive logit bias (SigLIP: -10); null: no bias"
+    )
+
+
 class StackBlocks(_Strict):
     encoder: SInt = Field(..., ge=1, le=MAX_BLOCKS)
     decoder: SInt = Field(..., ge=1, le=MAX_BLOCKS)
@@ -399,10 +430,16 @@ class EncoderSpec(_TextModel):
     kind: Literal["encoder"]
     blocks: SInt = Field(..., ge=1, le=MAX_BLOCKS)
     type_vocab_size: SInt = Field(0, ge=0, le=1 << 16, description="token-type embeddings (0: none)")
-    head: Literal["mlm", "pooled", "eos", "none"] = Field(
+    head: Literal["mlm", "pooled", "eos", "last", "none"] = Field(
         "mlm",
         description="mlm: logits; pooled: a dense+tanh pooler_output of the first token (BERT); eos: "
-        "last_hidden_state at the EOS token as pooler_output (CLIP text); none: last_hidden_state only",
+        "last_hidden_state at the EOS token as pooler_output (CLIP text); last: last_hidden_state at the last "
+        "position as pooler_output (SigLIP text); none: last_hidden_state only",
+    )
+    projection: ProjectionField = Field(
+        None,
+        description="a linear map of pooler_output, returned as text_embeds in its place (CLIPTextModelWithProjection"
+        ", SigLIP text's head)",
     )
     eos_token: SInt | None = Field(
         None,
@@ -441,6 +478,11 @@ class ViTSpec(_Transformer):
         "model's own shape (SigLIP's attention-pooling head); none: last_hidden_state only",
     )
     classes: SInt | None = Field(None, ge=1, le=MAX_VOCAB, description="classifier head: number of classes")
+    projection: ProjectionField = Field(
+        None,
+        description="a linear map of pooler_output, returned as image_embeds in its place "
+        "(CLIPVisionModelWithProjection)",
+    )
 
 
 class RNNSeq2SeqSpec(_Base):
@@ -453,8 +495,36 @@ class RNNSeq2SeqSpec(_Base):
     rnn: RNN
 
 
-Spec = Annotated[DecoderSpec | EncoderSpec | EncoderDecoderSpec | ViTSpec | RNNSeq2SeqSpec, Field(discriminator="kind")]
-SpecModel = Union[DecoderSpec, EncoderSpec, EncoderDecoderSpec, ViTSpec, RNNSeq2SeqSpec]
+class VisionTower(ViTSpec):
+    """A dual encoder's image tower: a vit spec without name and kind (dtype and init are the model's)."""
+
+    kind: Literal["vit"] = "vit"
+    name: str = Field("vision", min_length=1, max_length=200)
+
+
+class TextTower(EncoderSpec):
+    """A dual encoder's text tower: an encoder spec without name and kind (dtype and init are the model's)."""
+
+    kind: Literal["encoder"] = "encoder"
+    name: str = Field("text", min_length=1, max_length=200)
+
+
+class DualEncoderSpec(_Base):
+    """Two towers embedding images and texts into one space, scored against each other (CLIP, SigLIP): each
+    tower's pooled output (projected when it has a projection) is L2-normalised into image_embeds / text_embeds,
+    and logits_per_image [B_image, B_text] = exp(logit_scale) · image_embeds · text_embedsᵀ (+ logit_bias)."""
+
+    kind: Literal["dual_encoder"]
+    vision: VisionTower = Field(..., description="the image tower, in the vit language (head: pooled_norm, ...)")
+    text: TextTower = Field(..., description="the text tower, in the encoder language (head: eos, last, ...)")
+    contrastive: Contrastive = Field(default_factory=Contrastive)
+
+
+Spec = Annotated[
+    DecoderSpec | EncoderSpec | EncoderDecoderSpec | ViTSpec | RNNSeq2SeqSpec | DualEncoderSpec,
+    Field(discriminator="kind"),
+]
+SpecModel = Union[DecoderSpec, EncoderSpec, EncoderDecoderSpec, ViTSpec, RNNSeq2SeqSpec, DualEncoderSpec]
 SPEC_ADAPTER: TypeAdapter[SpecModel] = TypeAdapter(Spec)
 FAMILIES: dict[str, type[BaseModel]] = {
     "decoder": DecoderSpec,
@@ -462,6 +532,7 @@ FAMILIES: dict[str, type[BaseModel]] = {
     "encoder_decoder": EncoderDecoderSpec,
     "vit": ViTSpec,
     "rnn_seq2seq": RNNSeq2SeqSpec,
+    "dual_encoder": DualEncoderSpec,
 }
 
 

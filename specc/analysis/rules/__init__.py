@@ -8,7 +8,7 @@ shapes, concrete output shape, ctx) → list[Flop] | Mem``; see ``specc.analysis
 
 from __future__ import annotations
 
-from . import attention_core, experts, per_token, recurrent, tokens
+from . import attention_core, experts, per_token, recurrent, similarity, tokens
 from .common import FlopRule, MemRule
 
 RULES: dict[str, tuple[FlopRule, MemRule]] = {
@@ -17,6 +17,7 @@ RULES: dict[str, tuple[FlopRule, MemRule]] = {
     **attention_core.RULES,
     **experts.RULES,
     **recurrent.RULES,
+    **similarity.RULES,
 }
 
 

@@ -8,7 +8,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ...ir.graph import Op
-from . import ops_attention, ops_dense, ops_embed, ops_latent, ops_moe, ops_relative, ops_rnn  # noqa: F401  (they fill EMITTERS)
+from . import (  # noqa: F401  (they fill EMITTERS)
+    ops_attention,
+    ops_contrastive,
+    ops_dense,
+    ops_embed,
+    ops_latent,
+    ops_moe,
+    ops_relative,
+    ops_rnn,
+)
 from .builder import GraphBuilder
 from .op_registry import EMITTERS
 

@@ -137,4 +137,5 @@ def make_pool(b: GraphBuilder, op: Op, xs: list[str]) -> str:
         at = b.op("Expand", [at, b.op("Concat", [b.i64(1, 1), d], scope=op.name, axis=0)], scope=op.name)
         y = b.op("GatherElements", [xs[0], at], scope=op.name, axis=1)  # [B, 1, D]
         return b.op("Squeeze", [y, b.i64(1)], scope=op.name)
-    return b.op("Gather", [xs[0], b.scalar_i64(0)], scope=op.name, axis=1)
+    last = op.attrs.mode == "last"  # SigLIP text: the last position, padded or not
+    return b.op("Gather", [xs[0], b.scalar_i64(-1 if last else 0)], scope=op.name, axis=1)

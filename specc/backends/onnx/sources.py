@@ -244,6 +244,8 @@ class SeededSource(WeightSource):
             rule, scale = init_rule(owner, local), 0.0
             if rule == "rnn":
                 scale = (owner.hidden_size if isinstance(owner, torch.nn.RNNBase) else owner.hidden) ** -0.5
+            elif rule == "constant":
+                scale = owner.constants[local]  # the value it starts at
             elif rule == "normal":
                 scale = model.META["residual_std" if re.match(model.RESIDUAL, name) else "init_std"]
             out.append((name, tuple(param.shape), rule, scale))
@@ -263,6 +265,8 @@ class SeededSource(WeightSource):
             t = torch.empty(shape)
             if rule in ("zeros", "ones"):
                 t.fill_(float(rule == "ones"))
+            elif rule == "constant":
+                t.fill_(scale)
             elif rule == "rnn":
                 t.uniform_(-scale, scale, generator=gen)
             else:

@@ -5,9 +5,18 @@ builds its graph from them; this entry point only dispatches on the spec's kind.
 
 from __future__ import annotations
 
-from ...spec.schema import DecoderSpec, EncoderDecoderSpec, EncoderSpec, RNNSeq2SeqSpec, SpecModel, ViTSpec
+from ...spec.schema import (
+    DecoderSpec,
+    DualEncoderSpec,
+    EncoderDecoderSpec,
+    EncoderSpec,
+    RNNSeq2SeqSpec,
+    SpecModel,
+    ViTSpec,
+)
 from ..graph import LayerGraph
 from .decoder import lower_decoder
+from .dual_encoder import lower_dual_encoder
 from .encoder import lower_encoder
 from .encoder_decoder import lower_encoder_decoder
 from .rnn_seq2seq import lower_rnn_seq2seq
@@ -26,6 +35,8 @@ def lower(spec: SpecModel) -> LayerGraph:
         return lower_vit(spec)
     if isinstance(spec, RNNSeq2SeqSpec):
         return lower_rnn_seq2seq(spec)
+    if isinstance(spec, DualEncoderSpec):
+        return lower_dual_encoder(spec)
     raise TypeError(f"cannot lower {type(spec).__name__}")
 
 

@@ -293,7 +293,7 @@ def stack(
 def attention_pool(c: Context, p: str, x: str) -> str:
     """SigLIP's attention-pooling head: a learned probe attends over the tokens (cross-attention of the model's
     own heads), then h + mlp(norm(h)); the probe's one token is the pooled vector [B, D]."""
-    probe = c.g.add("probe", f"{p}.probe", [x], "head", dim=c.d)
+    probe = c.g.add("probe", f"{p}.probe", [x], "head", stack=c.stack, dim=c.d)
     h = _attention(Context(c.g, c.spec, c.stack, None), f"{p}.attn", probe, None, "none", x)  # type: ignore[arg-type]
     h = _residual(c, f"{p}.add_mlp", h, _mlp(c, f"{p}.mlp", norm(c, f"{p}.norm", h, None), None), None)  # type: ignore[arg-type]
-    return c.g.add("pool", f"{p}.select", [h], "head", mode="cls")
+    return c.g.add("pool", f"{p}.select", [h], "head", stack=c.stack, mode="cls")

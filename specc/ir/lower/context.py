@@ -135,8 +135,8 @@ def head(c: Context, x: str, vocab: int, tied_to: str | None, name: str = "lm_he
     return y
 
 
-def pooler(c: Context, x: str, mode: str) -> str:
+def pooler(c: Context, x: str, mode: str, prefix: str = "") -> str:
     """BERT / HF ViTModel pooler: tanh(dense(first token)) (or of the mean, for mean-pooled ViTs)."""
-    h = c.g.add("pool", "pooler.select", [x], "head", mode=mode)
-    h = linear(c, "pooler.dense", h, c.d, c.d, "head", None, True)
-    return c.g.add("activation", "pooler.act", [h], "activation", fn="tanh")
+    h = c.g.add("pool", f"{prefix}pooler.select", [x], "head", stack=c.stack, mode=mode)
+    h = linear(c, f"{prefix}pooler.dense", h, c.d, c.d, "head", None, True)
+    return c.g.add("activation", f"{prefix}pooler.act", [h], "activation", stack=c.stack, fn="tanh")

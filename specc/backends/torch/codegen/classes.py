@@ -30,6 +30,7 @@ ROOT_NAMES = {
     "seq2seq": "Seq2Seq",
     "image_classification": "ImageClassifier",
     "image_encoder": "ImageEncoder",
+    "image_text": "DualEncoder",
 }
 
 

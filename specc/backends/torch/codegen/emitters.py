@@ -209,12 +209,21 @@ def _pool_call(op: Op, c: Call) -> str:
     if op.attrs.mode == "mean":
         return f"{x}.mean(1)"
     if op.attrs.mode == "eos":  # the first position of the EOS id (or of the largest id) in each row
-        ids = c.args[1] if op.attrs.eos_token_id is None else f"({c.args[1]} == {op.attrs.eos_token_id})"
-        return f"{x}[torch.arange({x}.shape[0], device={x}.device), {ids}.int().argmax(-1)]"
-    return f"{x}[:, 0]"
+        ids = c.args[1]  # the input_ids (x, maybe an expression, appears once)
+        hit = ids if op.attrs.eos_token_id is None else f"({ids} == {op.attrs.eos_token_id})"
+        return f"{x}[torch.arange({ids}.shape[0], device={ids}.device), {hit}.int().argmax(-1)]"
+    return f"{x}[:, -1]" if op.attrs.mode == "last" else f"{x}[:, 0]"
 
 
 _emits("pool", call=_pool_call, structural=("mode", "eos_token_id"), depth=1)
+# x / max(‖x‖, 1e-12): HF's x / ‖x‖ for every embedding that is not zero
+_emits("l2_normalize", call=lambda op, c: f"F.normalize({c.args[0]}, dim=-1)", depth=1)
+_emits("transpose", call=lambda op, c: f"{c.args[0]}.t()", depth=1)
+_emits(
+    "contrastive",
+    call=_module_call,
+    ctor=lambda op, a: f"Contrastive({a('logit_scale')}{_kwargs(a, op, ('logit_bias',))})",
+)
 
 # Keyword arguments of the layers, their defaults declared once with the op's attributes (a test holds the
 # layer constructors' defaults equal to them).

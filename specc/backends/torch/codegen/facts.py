@@ -67,4 +67,7 @@ def model_facts(graph: LayerGraph) -> Facts:
         facts['hasattr(module, "cell")'] = [False]
     if not recurrent:
         facts['rule == "rnn"'] = [False]
+    if "contrastive" not in kinds:  # the only layer with parameters starting at a constant (its logit scale)
+        facts['local in getattr(module, "constants", ())'] = [False]
+        facts['rule == "constant"'] = [False]
     return {k: v for k, v in facts.items() if v}

@@ -13,7 +13,8 @@ from .sizes import Sizes
 
 MAX_INLINE_DEPTH = 2  # nested calls per expression: x = x + self.attn(self.norm1(x)) and no deeper
 MAX_INLINE_CHARS = 64
-OPERATOR_KINDS = {"add", "scale", "softcap", "sigmoid_gate", "glu", "pool"}  # emitted as operators on their inputs
+# emitted as operators on their inputs
+OPERATOR_KINDS = {"add", "scale", "softcap", "sigmoid_gate", "glu", "pool", "transpose"}
 
 
 def attr_path(rel: str) -> str:
@@ -161,7 +162,8 @@ class Body:
 
     def lines(self) -> list[str]:
         s, units = self.scope, self.scope.units
-        if s is self.w.root and s.needs_state:
+        own = [u.scope for u in units if u.scope is not None and u.scope.needs_state]
+        if s is self.w.root and s.needs_state and not (own and all(map(self._side_by_side, own))):
             follow = self.w.positions_follow
             self.out.append(
                 f"state = state or State(positions_from={follow})" if follow else "state = state or State()"
@@ -250,8 +252,20 @@ class Body:
         if static:  # the encoder runs once per generated sequence, on a State of its own (offset 0, no cache)
             texts = [a for a, _ in args] + (["State()"] if unit.scope.needs_state else [])
             return f"reuse(state, {module}, lambda: {module}({', '.join(texts)}))", 2
-        texts = [a for a, _ in args] + (["state"] if unit.scope.needs_state else [])
+        state = "State()" if self._side_by_side(unit.scope) else "state"
+        texts = [a for a, _ in args] + ([state] if unit.scope.needs_state else [])
         return f"{module}({', '.join(texts)})", 1 + max((d for _, d in args), default=0)
+
+    def _side_by_side(self, scope: Scope) -> bool:
+        """A stack of a model that runs stacks side by side (a dual encoder's towers, which generates nothing):
+        its positions and masks are its own, so it runs on a State of its own."""
+        stacks = {op.stack for op in scope.ops}
+        return (
+            not self.w.generates
+            and len(stacks) == 1
+            and None not in stacks
+            and len({op.stack for op in self.w.root.ops} - {None}) > 1
+        )
 
     def _bare(self, v: str, text: str) -> str:
         """An inlined sum without the parentheses it carries for use as an operand."""

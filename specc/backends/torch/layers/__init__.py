@@ -17,6 +17,7 @@ from .attention import (
     SoftcapAttention,
     WindowedAttention,
 )
+from .contrastive import Contrastive
 from .embed import (
     ClsToken,
     LearnedPositions,
@@ -49,6 +50,7 @@ FILES = (
     "relative",
     "embed",
     "norms",
+    "contrastive",
     "activations",
     "moe",
     "rnn",
@@ -62,6 +64,7 @@ __all__ = [
     "AttentionCore",
     "BiasedAttention",
     "ClsToken",
+    "Contrastive",
     "CrossAttention",
     "GenerationError",
     "KVCache",

@@ -21,7 +21,10 @@ from .state import KVCache, State
 
 
 def init_rule(module: nn.Module, local: str) -> str:
-    """How a parameter starts: normal (std) | zeros | ones | rnn (U(±1/√H), PyTorch's recurrent default)."""
+    """How a parameter starts: normal (std) | zeros | ones | rnn (U(±1/√H), PyTorch's recurrent default) |
+    constant (the value in the module's ``constants``)."""
+    if local in getattr(module, "constants", ()):
+        return "constant"
     if isinstance(module, nn.RNNBase) or hasattr(module, "cell"):
         return "rnn"
     if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
@@ -79,6 +82,8 @@ class Model(nn.Module):
                 rule, t = init_rule(owner, local), torch.empty(param.shape)
                 if rule in ("zeros", "ones"):
                     t.fill_(float(rule == "ones"))
+                elif rule == "constant":
+                    t.fill_(owner.constants[local])
                 elif rule == "rnn":
                     bound = (owner.hidden_size if isinstance(owner, nn.RNNBase) else owner.hidden) ** -0.5
                     t.uniform_(-bound, bound, generator=gen)
