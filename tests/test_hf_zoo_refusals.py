@@ -81,9 +81,9 @@ ZOO: dict[str, tuple[str, dict[str, Any], str, str]] = {
         "",
     ),
     "CLIPTextModel": ("CLIPTextConfig", dict(_TOWER, vocab_size=96, eos_token_id=95), "", ""),
-    "CLIPTextModelWithProjection": ("CLIPTextConfig", dict(_TOWER, vocab_size=96), "text projection", "projection_dim"),
+    "CLIPTextModelWithProjection": ("CLIPTextConfig", dict(_TOWER, vocab_size=96, eos_token_id=95), "", ""),
     "CLIPVisionModel": ("CLIPVisionConfig", _IMAGE, "", ""),
-    "CLIPVisionModelWithProjection": ("CLIPVisionConfig", _IMAGE, "image projection", "projection_dim"),
+    "CLIPVisionModelWithProjection": ("CLIPVisionConfig", _IMAGE, "", ""),
     "SiglipVisionModel": ("SiglipVisionConfig", _IMAGE, "", ""),
     "WhisperForConditionalGeneration": (
         "WhisperConfig",

@@ -34,6 +34,8 @@ PUBLISHED = {
     "flan-t5-xl": 2_849_757_184,  # with its own head, as the released checkpoint loads
     "clip-vit-large-patch14": 303_179_776,  # the vision tower (CLIPVisionModel)
     "siglip-so400m": 428_225_600,  # the vision tower (SiglipVisionModel), patch 14 at 384
+    "clip-vit-large-patch14-dual": 427_616_513,  # the whole CLIPModel: both towers, projections, logit scale
+    "siglip-so400m-dual": 877_960_498,  # the whole SiglipModel: both towers, the text head, logit scale and bias
     "modernbert-base": 149_655_232,  # ModernBertForMaskedLM, its decoder tied to the embedding
 }
 
@@ -115,8 +117,9 @@ def test_hf_counts_the_published_number_from_the_same_config(preset: str) -> Non
     skip = {"architectures", "model_type", "transformers_version", "torch_dtype"}
     with torch.device("meta"):
         model = cls(cls.config_class(**{k: v for k, v in data.items() if k not in skip}))
-        head, table = model.get_output_embeddings(), model.get_input_embeddings()
-        if data.get("tie_word_embeddings") is False and head is not None and head.weight is table.weight:
+        untied = data.get("tie_word_embeddings") is False  # CLIPModel has no get_input_embeddings: not asked
+        head, table = (model.get_output_embeddings(), model.get_input_embeddings()) if untied else (None, None)
+        if untied and head is not None and head.weight is table.weight:
             # transformers 5 builds T5 tied whatever the config says; from_pretrained unties it again when the
             # checkpoint holds both tensors, different (flan-t5's), so the released model has its own head
             head.weight = torch.nn.Parameter(torch.empty_like(table.weight))

@@ -95,7 +95,14 @@ def presets() -> None:
         if hasattr(blocks, "encoder"):
             blocks = f"{blocks.encoder}+{blocks.decoder}"
         heads = s.attention.heads if hasattr(s, "attention") else "-"
-        d = getattr(s, "d_model", None) or s.rnn.hidden
+        d = getattr(s, "d_model", None) or (s.rnn.hidden if hasattr(s, "rnn") else None)
+        if s.kind == "dual_encoder":  # image tower + text tower
+            v, x = s.vision, s.text
+            blocks, d, heads = (
+                f"{v.blocks}+{x.blocks}",
+                f"{v.d_model}/{x.d_model}",
+                f"{v.attention.heads}/{x.attention.heads}",
+            )
         total = count_params(lower(s)).total
         t.add_row(name, s.kind, str(blocks or s.rnn.layers), str(d), str(heads), f"{total:,}", s.source or "")
     out.print(t)

@@ -93,19 +93,20 @@ def text_spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     """SigLIP's text tower: a bidirectional encoder (padding masked) whose pooled output is the final-normed last
     position, padded or not, through ``head`` (a linear with bias, to projection_size, default hidden_size)."""
     cfg.ignore("pad_token_id", "bos_token_id", "eos_token_id")  # the pooling reads the last position, no id
-    hidden = cfg.positive_int("hidden_size")
+    # absent fields are SiglipTextConfig's defaults (the published so400m config states only its sizes)
+    hidden = cfg.positive_int("hidden_size", 768)
     projection = hidden if cfg.get("projection_size") is None else cfg.positive_int("projection_size")
     return {
         "kind": "encoder",
-        "vocab_size": cfg.positive_int("vocab_size"),
+        "vocab_size": cfg.positive_int("vocab_size", 32000),
         "context": cfg.positive_int("max_position_embeddings", 64),
         "d_model": hidden,
-        "blocks": cfg.positive_int("num_hidden_layers"),
-        "attention": {"heads": cfg.positive_int("num_attention_heads"), "mask": "padding"},
+        "blocks": cfg.positive_int("num_hidden_layers", 12),
+        "attention": {"heads": cfg.positive_int("num_attention_heads", 12), "mask": "padding"},
         "norm": {"type": "layernorm", "placement": "pre", "eps": cfg.number("layer_norm_eps", 1e-6)},
         "mlp": {
             "type": "classic",
-            "hidden": cfg.positive_int("intermediate_size"),
+            "hidden": cfg.positive_int("intermediate_size", 3072),
             "activation": cfg.activation("hidden_act", "gelu_pytorch_tanh"),
         },
         "position": "learned",

@@ -40,9 +40,6 @@ def _nested(key: str, sub: str) -> Callable[[dict[str, Any]], bool]:
     return lambda d: isinstance(d.get(key), dict) and bool(d[key].get(sub))
 
 
-_CLIP_TEXT = ("CLIPTextModelWithProjection",)
-_CLIP_VISION = ("CLIPVisionModelWithProjection",)
-
 ROWS: tuple[Missing, ...] = (
     Missing(
         "attention temperature tuning on NoPE layers (attn_temperature_tuning) is not supported",
@@ -60,16 +57,6 @@ ROWS: tuple[Missing, ...] = (
         ("Llama4ForCausalLM",),
         ("use_qk_norm",),
         lambda d: d.get("use_qk_norm", True) is not False,
-    ),
-    Missing(
-        "the text projection of a CLIP text tower (text_projection, projection_dim) is not supported",
-        _CLIP_TEXT,
-        ("projection_dim", "model_type"),
-    ),
-    Missing(
-        "the image projection of a CLIP vision tower (visual_projection, projection_dim) is not supported",
-        _CLIP_VISION,
-        ("projection_dim", "model_type"),
     ),
     Missing(
         "the audio front-end (input_features through two Conv1d, num_mel_bins) is not supported",
