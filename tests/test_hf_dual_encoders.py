@@ -301,3 +301,21 @@ def test_export_hf_refuses_what_clip_cannot_state(saved) -> None:
     with pytest.raises(specc.SpecError) as e:
         choose(biased)
     assert "CLIPModel cannot express a logit bias" in e.value.diagnostics[0].message
+
+
+def test_specc_initialisation_starts_the_logit_scale_and_bias_at_the_spec_s_values(tmp_path: Path) -> None:
+    """Without weights, the learned scale and bias start where the contrastive section says (SigLIP: log 10, -10),
+    in the torch module and in the ONNX export's seeded weights alike."""
+    import onnx
+    from onnx import numpy_helper
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(_DUAL + f"contrastive: {{logit_scale: {float(np.log(10.0))!r}, logit_bias: -10.0}}\n", encoding="utf-8")
+    spec = specc.load_spec(str(path))
+    model = specc.build_torch(spec)
+    scale, bias = model.contrastive.logit_scale.item(), model.contrastive.logit_bias.item()
+    assert (scale, bias) == pytest.approx((np.log(10.0), -10.0))
+    path = specc.export_onnx(spec, tmp_path / "model.onnx")
+    inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+    assert inits["contrastive.logit_scale"].tolist() == pytest.approx([scale])
+    assert inits["contrastive.logit_bias"].tolist() == pytest.approx([bias])
