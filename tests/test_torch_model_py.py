@@ -22,6 +22,8 @@ from specc.backends.torch.codegen.specialise import specialise
 
 ROOT = Path(__file__).resolve().parents[1]
 GQA = [*SMALL, "attention.kv_heads=2", "dtype=fp32"]
+_TOWER = ["d_model=32", "blocks=1", "mlp.hidden=48", "attention.heads=4"]
+DUAL = [f"{t}.{k}" for t in ("vision", "text") for k in _TOWER] + ["vision.image.size=28", "text.context=8"]
 EXTRA = {  # kinds CASES does not hold: scaled RoPE, soft-capped and per-layer sliding attention, QK-norm, chunks
     "llama3_scaled_rope": ("llama3.1-8b", [*GQA, "position.scaling.original_max_positions=8"]),
     "gemma2_softcap_layer_kinds": ("gemma2-9b", [*GQA, "context=8192"]),
@@ -30,6 +32,8 @@ EXTRA = {  # kinds CASES does not hold: scaled RoPE, soft-capped and per-layer s
     "chunked_rope": ("gpt2", [*SMALL, "attention.mask=chunked", "attention.chunk=4", "position=rotary"]),
     "bloom_alibi": ("bloom-176b", [*SMALL, "dtype=fp32"]),
     "sinks": ("gpt2", [*SMALL, "attention.sinks=true"]),
+    "clip_dual": ("clip-vit-large-patch14-dual", [*DUAL, "text.vocab_size=64"]),
+    "siglip_dual": ("siglip-so400m-dual", [*DUAL, "text.projection.dim=32"]),
     "mistral_sinks_gqa": ("mistral-7b", [*GQA, "attention.window=4", "attention.sinks=true"]),
     "deepseek_mla_moe": (
         "deepseek-v3",
