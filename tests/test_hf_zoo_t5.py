@@ -168,7 +168,7 @@ def test_forward_and_decode_step_flops_equal_flop_counter(family) -> None:
 @pytest.mark.parametrize(
     ("preset", "overrides", "key", "words"),
     [
-        ("gpt2", ["position.type=relative"], "position.type", "in encoder_decoder models, not in kind decoder"),
+        ("gpt2", ["position.type=relative"], "position.type", "and encoder models, not in kind decoder"),
         ("t5-base", ["position.type=learned", "position.buckets=16"], "position.buckets", "only used by relative"),
         ("t5-base", ["position.max_distance=16"], "position.max_distance", "16 must exceed half the buckets (16)"),
     ],

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..spec import kinds, resolve
-from ..spec.schema import BiasFlags
+from ..spec.schema import BiasFlags, EncoderDecoderSpec
 from .rope_config import _FIELDS as ROPE_FIELDS
 
 # specc activation → the HF name every family's ACT2FN knows (import maps each back)
@@ -773,6 +773,20 @@ def t5(s: Any, arch: str) -> dict[str, Any]:
     return cfg
 
 
+def t5_encoder(s: Any, arch: str) -> dict[str, Any]:
+    """T5EncoderModel, mT5's and UMT5's (the inverse of ``hf_t5.encoder_spec``): T5's config of the encoder stack
+    alone, checked as ``t5`` checks an encoder-decoder whose encoder this is."""
+    need(s.type_vocab_size == 0, ("type_vocab_size",), "token types")
+    blocks = {"encoder": s.blocks, "decoder": 1}  # the decoder's fields are T5Config's, unread by the encoder
+    keep = set(EncoderDecoderSpec.model_fields) - {"kind", "blocks", "tie_embeddings", "output"}
+    whole = EncoderDecoderSpec.model_validate(
+        {**s.model_dump(include=keep), "kind": "encoder_decoder", "blocks": blocks, "tie_embeddings": True}
+    )
+    cfg = t5(whole, arch.replace("EncoderModel", "ForConditionalGeneration"))
+    drop = ("num_decoder_layers", "is_encoder_decoder", "decoder_start_token_id", "scale_decoder_outputs")
+    return {k: v for k, v in cfg.items() if k not in drop}
+
+
 def granite(s: Any) -> dict[str, Any]:
     """Llama with multipliers on the embeddings, the scores, each residual branch and (divided) the logits."""
     need(s.norm.type == "rmsnorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-RMSNorm")
@@ -1008,6 +1022,9 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "T5ForConditionalGeneration": ("t5", lambda s: t5(s, "T5ForConditionalGeneration")),
     "MT5ForConditionalGeneration": ("mt5", lambda s: t5(s, "MT5ForConditionalGeneration")),
     "UMT5ForConditionalGeneration": ("umt5", lambda s: t5(s, "UMT5ForConditionalGeneration")),
+    "T5EncoderModel": ("t5", lambda s: t5_encoder(s, "T5EncoderModel")),
+    "MT5EncoderModel": ("mt5", lambda s: t5_encoder(s, "MT5EncoderModel")),
+    "UMT5EncoderModel": ("umt5", lambda s: t5_encoder(s, "UMT5EncoderModel")),
     "DeepseekV2ForCausalLM": ("deepseek_v2", lambda s: deepseek(s, "DeepseekV2ForCausalLM")),
     "DeepseekV3ForCausalLM": ("deepseek_v3", lambda s: deepseek(s, "DeepseekV3ForCausalLM")),
 }
@@ -1057,6 +1074,9 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "ModernBertModel",
         "CLIPTextModel",
         "CLIPTextModelWithProjection",
+        "T5EncoderModel",
+        "UMT5EncoderModel",
+        "MT5EncoderModel",
     ),
     "vit": (
         "ViTForImageClassification",
@@ -1081,7 +1101,8 @@ def config(s: Any, arch: str) -> dict[str, Any]:
     model_type, write = WRITERS[arch]
     if s.kind == "encoder":
         head = "mlm" if arch.endswith("ForMaskedLM") else "none" if arch == "DistilBertModel" else "pooled"
-        head = "eos" if arch.startswith("CLIPTextModel") else "none" if arch == "ModernBertModel" else head
+        head = "eos" if arch.startswith("CLIPTextModel") else head
+        head = "none" if arch == "ModernBertModel" or arch.endswith("T5EncoderModel") else head
         need(s.head == head, ("head",), f"a {s.head} head ({arch} has {head})")
     if s.kind == "vit":
         heads = {"ViTForImageClassification": "classifier", "ViTModel": "pooled", "CLIPVisionModel": "pooled_norm"}

@@ -84,6 +84,10 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
 
 
 def detect(names: set[str]) -> bool:
+    return _t5_names(names) and any(n.startswith("decoder.") for n in names)
+
+
+def _t5_names(names: set[str]) -> bool:
     return any(re.fullmatch(r"(encoder\.)?block\.0\.layer\.0\.SelfAttention\.q\.weight", n) for n in names)
 
 
@@ -130,4 +134,50 @@ FAMILY = Family(
     spec,
     detect,
     plan,
+)
+
+
+def encoder_spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
+    """``T5EncoderModel`` (and mT5's, UMT5's): the encoder stack alone as an encoder spec with relative positions,
+    its ``last_hidden_state`` the output (``head: none``), the shared table its token embedding."""
+    doc = spec(cfg, arch.replace("EncoderModel", "ForConditionalGeneration"))
+    cfg.ignore("num_decoder_layers", "tie_word_embeddings", "scale_decoder_outputs")  # the decoder's and the head's
+    drop = ("kind", "blocks", "shared_embeddings", "tie_embeddings", "output")
+    return {"kind": "encoder", **{k: v for k, v in doc.items() if k not in drop}, "blocks": doc["blocks"]["encoder"],
+            "head": "none"}  # fmt: skip
+
+
+def _encoder_rows() -> dict[str, Any]:
+    """The encoder stack's rows of ``TABLE``, its names without the ``encoder.`` scope (a graph of one stack)."""
+
+    def fill(alt: Any) -> Any:
+        return alt.replace("{s}", "encoder") if isinstance(alt, str) else (alt[0], *(fill(n) for n in alt[1:]))
+
+    rows: dict[str, Any] = {"embed.weight": ["shared.weight", "encoder.embed_tokens.weight"]}
+    for key, alt in TABLE.rows.items():
+        for scope in ("{s}.", "encoder."):
+            if key.startswith(scope):
+                rows[key.removeprefix(scope)] = fill(alt)
+    return rows
+
+
+ENCODER_TABLE = Table("T5 encoder", _encoder_rows(), tied=(("shared.weight", "encoder.embed_tokens.weight"),))
+
+
+def encoder_detect(names: set[str]) -> bool:
+    return _t5_names(names) and not any(n.startswith("decoder.") for n in names)
+
+
+def encoder_plan(g: LayerGraph, names: set[str]) -> Plan:
+    return table_plan(ENCODER_TABLE, g, names)
+
+
+ENCODER_FAMILY = Family(
+    "T5 encoder",
+    ("T5EncoderModel", "MT5EncoderModel", "UMT5EncoderModel"),
+    ("t5", "mt5", "umt5"),
+    ("encoder",),
+    encoder_spec,
+    encoder_detect,
+    encoder_plan,
 )

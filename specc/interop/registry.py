@@ -73,6 +73,7 @@ FAMILIES: tuple[Family, ...] = (
     hf_siglip.FAMILY,
     hf_bart.FAMILY,
     hf_t5.FAMILY,
+    hf_t5.ENCODER_FAMILY,
 )
 
 # The class to assume when a config.json names no ``architectures``.

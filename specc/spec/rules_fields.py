@@ -271,10 +271,10 @@ def relative_rules(spec: _Transformer) -> Any:
                     f"set type: relative or remove {key}",
                 )
         return
-    if not isinstance(spec, EncoderDecoderSpec):
+    if not isinstance(spec, EncoderDecoderSpec | EncoderSpec):
         yield Violation(
             ("position", "type"),
-            f"relative positions are supported in encoder_decoder models, not in kind {kind_name(spec)}",
+            f"relative positions are supported in encoder_decoder and encoder models, not in kind {kind_name(spec)}",
             "use learned, sinusoidal, rotary or none",
         )
     if p.max_distance <= p.buckets // 2:  # the logarithmic buckets need distances past the exact ones

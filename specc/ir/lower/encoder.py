@@ -6,7 +6,17 @@ from ...spec import resolve
 from ...spec.schema import EncoderSpec
 from ..graph import LayerGraph
 from .blocks import stack
-from .context import Context, embed_norm_dropout, graph_meta, head, linear, pooler, pos_offset, text_facts
+from .context import (
+    Context,
+    embed_norm_dropout,
+    graph_meta,
+    head,
+    linear,
+    pooler,
+    pos_offset,
+    relative_bias,
+    text_facts,
+)
 
 TASKS = {"mlm": "masked_lm", "pooled": "pooled_encoder", "eos": "pooled_encoder", "last": "pooled_encoder"}
 
@@ -44,6 +54,9 @@ def text_tower(c: Context, p: str, ids: str) -> tuple[str, str | None]:
     the projection when the spec has one; None for head mlm or none)."""
     s, g, st = c.spec, c.g, c.stack
     assert isinstance(s, EncoderSpec)
+    c.ids = ids
+    if s.position.type == "relative" and not s.position.per_layer:  # T5's encoder: one table, read by every layer
+        c.bias = relative_bias(c, f"{p}rel_bias", bidirectional=True)
     x = g.add(
         "embedding",
         f"{p}embed",
