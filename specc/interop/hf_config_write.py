@@ -1022,6 +1022,9 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "T5ForConditionalGeneration": ("t5", lambda s: t5(s, "T5ForConditionalGeneration")),
     "MT5ForConditionalGeneration": ("mt5", lambda s: t5(s, "MT5ForConditionalGeneration")),
     "UMT5ForConditionalGeneration": ("umt5", lambda s: t5(s, "UMT5ForConditionalGeneration")),
+    "T5Model": ("t5", lambda s: t5(s, "T5Model")),
+    "MT5Model": ("mt5", lambda s: t5(s, "MT5Model")),
+    "UMT5Model": ("umt5", lambda s: t5(s, "UMT5Model")),
     "T5EncoderModel": ("t5", lambda s: t5_encoder(s, "T5EncoderModel")),
     "MT5EncoderModel": ("mt5", lambda s: t5_encoder(s, "MT5EncoderModel")),
     "UMT5EncoderModel": ("umt5", lambda s: t5_encoder(s, "UMT5EncoderModel")),
@@ -1092,6 +1095,9 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "T5ForConditionalGeneration",
         "UMT5ForConditionalGeneration",
         "MT5ForConditionalGeneration",
+        "T5Model",
+        "UMT5Model",
+        "MT5Model",
     ),
 }
 
@@ -1109,6 +1115,9 @@ def config(s: Any, arch: str) -> dict[str, Any]:
         heads["CLIPVisionModelWithProjection"] = "pooled_norm"
         head = heads.get(arch, "attention_pool or none")  # SiglipVisionModel: vision_use_head
         need(s.head in head.split(" or "), ("head",), f"a {s.head} head ({arch} has {head})")
+    if s.kind == "encoder_decoder":  # *Model: the decoder's states; *ForConditionalGeneration and the rest: logits
+        head = "none" if arch in ("T5Model", "MT5Model", "UMT5Model") else "lm"
+        need(s.head == head, ("head",), f"a {s.head} head ({arch} has {head})")
     body = write(s)
     dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[s.dtype]
     return {"architectures": [arch], "model_type": model_type, **body, "dtype": dtype}

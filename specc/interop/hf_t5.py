@@ -48,6 +48,8 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     cfg.expect("is_decoder", False, False, "a lone decoder is not an encoder-decoder")
     cfg.ignore("dense_act_fn", "is_gated_act", "scalable_attention", "n_positions", "gradient_checkpointing")
     cfg.ignore("initializer_factor", "layer_norm_eps")  # init only; T5 reads layer_norm_epsilon
+    if not arch.endswith("ForConditionalGeneration"):  # T5Model: the decoder's states, no head
+        cfg.ignore("tie_word_embeddings", "scale_decoder_outputs")
     doc: dict[str, Any] = {
         "kind": "encoder_decoder",
         "vocab_size": cfg.positive_int("vocab_size"),
@@ -78,6 +80,8 @@ def spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
     scale = not mt5 and cfg.flag("scale_decoder_outputs", tie)
     if mt5:
         cfg.ignore("scale_decoder_outputs")
+    if not arch.endswith("ForConditionalGeneration"):
+        return {**{k: v for k, v in doc.items() if k != "tie_embeddings"}, "head": "none"}
     if scale:
         doc["output"] = {"scale": d**-0.5}
     return doc
@@ -120,7 +124,7 @@ TABLE = Table(
 
 
 def plan(g: LayerGraph, names: set[str]) -> Plan:
-    head = ("lm_head.weight",) if tied_head(g) else ()
+    head = ("lm_head.weight",) if "lm_head" in g.graph and tied_head(g) else ()  # T5Model has no head
     tied = (("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", *head),)
     rows = {"encoder.embed.weight": ["shared.weight", "encoder.embed_tokens.weight"], **TABLE.rows}
     return table_plan(replace(TABLE, rows=rows, tied=tied), g, names)
@@ -128,7 +132,14 @@ def plan(g: LayerGraph, names: set[str]) -> Plan:
 
 FAMILY = Family(
     "T5",
-    ("T5ForConditionalGeneration", "MT5ForConditionalGeneration", "UMT5ForConditionalGeneration"),
+    (
+        "T5ForConditionalGeneration",
+        "MT5ForConditionalGeneration",
+        "UMT5ForConditionalGeneration",
+        "T5Model",
+        "MT5Model",
+        "UMT5Model",
+    ),
     ("t5", "mt5", "umt5"),
     ("encoder_decoder",),
     spec,

@@ -439,6 +439,8 @@ def encoder_rules(spec: EncoderSpec) -> Any:
 
 
 def encoder_decoder_rules(spec: EncoderDecoderSpec) -> Any:
+    if spec.head == "none" and "output" in spec.model_fields_set:
+        yield Violation(("output",), "output transforms the head's logits, but head is none", "remove output")
     if spec.shared_embeddings and spec.target_vocab_size not in (None, spec.vocab_size):
         yield Violation(
             ("target_vocab_size",),

@@ -458,6 +458,11 @@ class EncoderDecoderSpec(_TextModel):
     blocks: Blocks
     target_vocab_size: SInt | None = Field(None, ge=1, le=MAX_VOCAB, description="default vocab_size")
     shared_embeddings: SBool = Field(True, description="one embedding table for source and target")
+    head: Literal["lm", "none"] = Field(
+        "lm",
+        description="lm: logits over the target vocabulary (generation); none: the decoder's last_hidden_state "
+        "(T5Model)",
+    )
 
 
 class ViTSpec(_Transformer):

@@ -13,7 +13,8 @@ from .context import Context, embed_tail, graph_meta, head, relative_bias, text_
 def lower_encoder_decoder(s: EncoderDecoderSpec) -> LayerGraph:
     tv = s.target_vocab_size or s.vocab_size
     layers = s.blocks.encoder + s.blocks.decoder
-    g = LayerGraph(meta=graph_meta(s, "encoder_decoder", "seq2seq", layers, **text_facts(s), target_vocab_size=tv))
+    task = "seq2seq" if s.head == "lm" else "seq2seq_hidden"  # none: the decoder's states, nothing to generate
+    g = LayerGraph(meta=graph_meta(s, "encoder_decoder", task, layers, **text_facts(s), target_vocab_size=tv))
     ids = g.add_input("input_ids", ("B", "N"), "int64")
     pad = g.add_input("attention_mask", ("B", "N"), "int64", optional=True)
     dec_ids = g.add_input("decoder_input_ids", ("B", "N_dec"), "int64")
@@ -45,6 +46,9 @@ def lower_encoder_decoder(s: EncoderDecoderSpec) -> LayerGraph:
     )
     y = embed_tail(dec, y, "decoder.", s.context)
     y = stack(dec, "decoder.", y, s.blocks.decoder, "causal", memory=memory, mem_pad=pad)
+    if s.head == "none":
+        g.set_output("last_hidden_state", y)
+        return g
     tied = (shared or "decoder.embed.weight") if s.tie_embeddings else None
     g.set_output("logits", head(dec, y, tv, tied))
     return g

@@ -28,6 +28,7 @@ ROOT_NAMES = {
     "pooled_encoder": "PooledEncoder",
     "encoder": "EncoderModel",
     "seq2seq": "Seq2Seq",
+    "seq2seq_hidden": "Seq2SeqModel",
     "image_classification": "ImageClassifier",
     "image_encoder": "ImageEncoder",
     "image_text": "DualEncoder",
