@@ -310,7 +310,8 @@ def test_specc_initialisation_starts_the_logit_scale_and_bias_at_the_spec_s_valu
     from onnx import numpy_helper
 
     path = tmp_path / "spec.yaml"
-    path.write_text(_DUAL + f"contrastive: {{logit_scale: {float(np.log(10.0))!r}, logit_bias: -10.0}}\n", encoding="utf-8")
+    contrastive = f"contrastive: {{logit_scale: {float(np.log(10.0))!r}, logit_bias: -10.0}}\n"
+    path.write_text(_DUAL + contrastive, encoding="utf-8")
     spec = specc.load_spec(str(path))
     model = specc.build_torch(spec)
     scale, bias = model.contrastive.logit_scale.item(), model.contrastive.logit_bias.item()
@@ -319,3 +320,43 @@ def test_specc_initialisation_starts_the_logit_scale_and_bias_at_the_spec_s_valu
     inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
     assert inits["contrastive.logit_scale"].tolist() == pytest.approx([scale])
     assert inits["contrastive.logit_bias"].tolist() == pytest.approx([bias])
+
+
+# One mistake per dual encoder that the comparisons above must catch (each keeps the checkpoint loadable): with
+# the twins' weights each moves the logits by more than 10 × ATOL.
+MUTATIONS = [
+    ("clip", "text.attention.mask", "padding"),  # CLIP's text tower bidirectional instead of causal
+    ("clip", "vision.mlp.activation", "gelu"),  # quick_gelu read as gelu
+    ("siglip", "text.attention.mask", "causal"),  # SigLIP's text tower causal instead of bidirectional
+    ("siglip", "text.head", "eos"),  # pooled at the largest id instead of the last position
+]
+
+
+@pytest.mark.parametrize(("twin_id", "key", "value"), MUTATIONS)
+def test_a_mutated_import_fails_the_comparison(saved, twin_id: str, key: str, value: Any) -> None:
+    hf, folder, spec = saved(twin_id)
+    data = spec.model_dump(mode="json", exclude_none=True)
+    node = data
+    *path, last = key.split(".")
+    for part in path:
+        node = node[part]
+    node[last] = value
+    wrong = specc.build_torch(specc.load_spec(data), weights=str(folder / "model.safetensors"))
+    x = _inputs(BY_ID[twin_id], hf)
+    with torch.no_grad():
+        got = wrong.run(dict(x))["logits_per_image"]
+    assert (got - _reference(BY_ID[twin_id], hf, x)["logits_per_image"]).abs().max() > 10 * ATOL
+
+
+@pytest.mark.parametrize("preset", ["clip-vit-large-patch14-dual", "siglip-so400m-dual"])
+def test_a_dual_encoder_spec_round_trips_through_the_form_artifacts_store(preset: str) -> None:
+    """Artifacts (safetensors and ONNX metadata, model.py) keep ``spec_dict``: it must load back to the same spec,
+    so the towers' dtype and init (the model's) are never written into them."""
+    from specc.spec.serialize import spec_dict
+
+    spec = specc.load_spec(preset, ["dtype=bf16", "init.seed=3"])
+    data = spec_dict(spec)
+    assert not {"dtype", "init"} & (set(data["vision"]) | set(data["text"]))
+    assert specc.load_spec(data) == spec
+    g = specc.lower(spec)
+    assert (g.meta["dtype"], g.meta["seed"]) == ("bf16", 3)

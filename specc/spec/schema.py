@@ -500,11 +500,16 @@ class RNNSeq2SeqSpec(_Base):
     rnn: RNN
 
 
+_MODELS = "the model's (a rule refuses it in a tower); never written back"
+
+
 class VisionTower(ViTSpec):
     """A dual encoder's image tower: a vit spec without name and kind (dtype and init are the model's)."""
 
     kind: Literal["vit"] = "vit"
     name: str = Field("vision", min_length=1, max_length=200)
+    dtype: Dtype = Field("fp32", exclude=True, description=_MODELS)
+    init: Init = Field(default_factory=Init, exclude=True, description=_MODELS)
 
 
 class TextTower(EncoderSpec):
@@ -512,6 +517,8 @@ class TextTower(EncoderSpec):
 
     kind: Literal["encoder"] = "encoder"
     name: str = Field("text", min_length=1, max_length=200)
+    dtype: Dtype = Field("fp32", exclude=True, description=_MODELS)
+    init: Init = Field(default_factory=Init, exclude=True, description=_MODELS)
 
 
 class DualEncoderSpec(_Base):
