@@ -360,3 +360,33 @@ def test_a_dual_encoder_spec_round_trips_through_the_form_artifacts_store(preset
     assert specc.load_spec(data) == spec
     g = specc.lower(spec)
     assert (g.meta["dtype"], g.meta["seed"]) == ("bf16", 3)
+
+
+def test_clip_s_config_dict_dialect_replaces_the_tower_configs(saved, tmp_path: Path) -> None:
+    """Older CLIP configs (openai/clip-vit-*) carry ``text_config_dict`` / ``vision_config_dict`` beside the tower
+    configs: transformers completes each dict with the tower config's defaults and lets it replace every field, so
+    here the dict's EOS id 94 replaces text_config's legacy 2 (pool at the largest id), as HF's own load shows."""
+    import json
+    import shutil
+
+    hf, folder, _ = saved("clip")
+    shutil.copytree(folder, tmp_path / "clip")
+    path = tmp_path / "clip" / "config.json"
+    config = json.loads(path.read_text())
+    text, vision = config["text_config"], config["vision_config"]
+    text["eos_token_id"] = 2
+    sizes = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+    config["text_config_dict"] = {k: text[k] for k in (*sizes, "vocab_size", "max_position_embeddings")}
+    config["text_config_dict"]["eos_token_id"] = 94
+    config["vision_config_dict"] = {k: vision[k] for k in (*sizes, "image_size", "patch_size")}
+    path.write_text(json.dumps(config, indent=2))
+    imported = import_hf(path.parent)
+    assert imported.spec.text.eos_token == 94 and any("text_config_dict replaces" in n for n in imported.notes)
+    back = transformers.CLIPModel.from_pretrained(path.parent).eval()
+    assert back.config.text_config.eos_token_id == 94
+    x = _inputs(BY_ID["clip"], hf)
+    x["input_ids"][0, 6] = 95  # the largest id, after row 0's first 94: the two pooling rules differ here
+    model = specc.build_torch(imported.spec, weights=str(path.parent / "model.safetensors"))
+    with torch.no_grad():
+        got = model.run(dict(x))
+    _compare(got, _reference(BY_ID["clip"], back, x), BY_ID["clip"], x)

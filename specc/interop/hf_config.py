@@ -87,13 +87,14 @@ class HFConfig:
         mine = [f"{self._prefix}{k}" for k in self.data if k not in self._used]
         return sorted(mine + [k for sub in self._subs for k in sub.unused()])
 
-    def sub(self, key: str) -> HFConfig:
+    def sub(self, key: str, defaults: dict[str, Any] | None = None) -> HFConfig:
         """The object at ``key`` (a dual encoder's ``text_config``) read as a config of its own: its refusals name
-        and point at its fields (``text_config.hidden_act``), and its unread fields count as this config's."""
+        and point at its fields (``text_config.hidden_act``), and its unread fields count as this config's.
+        ``defaults``: values for the fields it leaves out (the class's defaults, where transformers fills them)."""
         data = self.require(key)
         if not isinstance(data, dict):
             raise self.refuse(key, f"expected an object, got {_show(data)}")
-        child = HFConfig(data, self.path, self._text)
+        child = HFConfig({**(defaults or {}), **data}, self.path, self._text)
         child._start, child._prefix = self.offset(key) or 0, f"{self._prefix}{key}."
         child.notes = self.notes  # one list: a tower's notes are the model's
         self._subs.append(child)

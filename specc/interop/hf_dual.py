@@ -29,8 +29,28 @@ def _tower(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in ("kind", "init")}
 
 
+# CLIPVisionConfig's and CLIPTextConfig's defaults (transformers 5) of the sizes the tower readers require
+_DEFAULTS = {
+    "vision": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                   image_size=224, patch_size=32),
+    "text": dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
+                 num_attention_heads=8),
+}  # fmt: skip
+
+
+def _clip_tower(cfg: HFConfig, part: str) -> HFConfig:
+    """``{part}_config``, or, in the older dialect, ``{part}_config_dict``: transformers then completes the dict with
+    the tower config's defaults and lets it replace every field of ``{part}_config`` (CLIPConfig.__post_init__)."""
+    if cfg.data.get(f"{part}_config_dict") is None:
+        cfg.ignore(f"{part}_config_dict")
+        return cfg.sub(f"{part}_config")
+    cfg.ignore(f"{part}_config")
+    cfg.notes.append(f"{part}_config_dict replaces {part}_config, completed by the defaults (transformers' rule)")
+    return cfg.sub(f"{part}_config_dict", _DEFAULTS[part])
+
+
 def clip_spec(cfg: HFConfig, arch: str) -> dict[str, Any]:
-    vision_cfg, text_cfg = cfg.sub("vision_config"), cfg.sub("text_config")
+    vision_cfg, text_cfg = _clip_tower(cfg, "vision"), _clip_tower(cfg, "text")
     vision = hf_clip.vision_spec(vision_cfg, "CLIPVisionModel")
     text = hf_clip.text_spec(text_cfg, "CLIPTextModel")
     dim = cfg.positive_int("projection_dim", 512)
