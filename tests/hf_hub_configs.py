@@ -637,7 +637,7 @@ HUB_CONFIGS: dict[str, dict[str, Any]] = {
         "num_hidden_layers": 27,
         "patch_size": 14,
     },
-    "clip-vit-large-patch14-dual": {  # openai/clip-vit-large-patch14, as released
+    "clip-vit-large-patch14-dual": {  # openai/clip-vit-large-patch14: its CLIPModel config (text_config, vision_config)
         "architectures": ["CLIPModel"],
         "initializer_factor": 1.0,
         "logit_scale_init_value": 2.6592,
