@@ -1,8 +1,9 @@
 """Tiny random configs of today's decoder families (Llama 3, Qwen2/3 (+MoE), Gemma 1/2/3, Phi-2/3, GPT-NeoX, GPT-J,
 Falcon, OLMo-2), each with its family's features switched on; shared by the test_hf_families_* files.
 
-Every config is 2 layers of width 64 with sequences (11 tokens, 16 when generating) longer than any sliding
-window used, so that windows, per-layer kinds and caches all matter. Weights are redrawn at test_hf_zoo.STD.
+Every config is 2 layers (Llama 4: 4, for its NoPE and MoE patterns) of width 64 with sequences (11 tokens, 16 when
+generating) longer than any sliding window or chunk used, so that windows, per-layer kinds and caches all matter.
+Weights are redrawn at test_hf_zoo.STD.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ _FIELDS = {
 def _has(feature: str) -> bool:
     if feature == "sinks":
         return "sinks" in schema.Attention.model_fields
+    if feature == "temperature":  # Llama 4's temperature tuning, L2 QK-norm and input-weighted experts
+        return "temperature" in schema.Attention.model_fields
     if feature == "alibi":
         return "max_bias" in schema.Position.model_fields
     if feature == "rope_import":  # RoPE variants and partial rotary read from config.json
@@ -352,6 +355,27 @@ FAMILY_CASES = [
             pad_token_id=0,
         ),
     ),
+    # Llama 4: RoPE layers chunked by 4 with the weightless QK-norm, a NoPE layer (every 4th) with temperature
+    # tuning whose factor steps every 4 positions, MoE (top-1 sigmoid gates on the experts' inputs, a shared
+    # expert) every other layer, dense layers of intermediate_size_mlp between them, llama3 RoPE scaling
+    Case(
+        "llama4-chunked",
+        "Llama4ForCausalLM",
+        dict(
+            _QWEN,
+            num_hidden_layers=4,
+            head_dim=16,
+            intermediate_size=32,
+            intermediate_size_mlp=96,
+            num_local_experts=4,
+            interleave_moe_layer_step=2,
+            attention_chunk_size=4,
+            floor_scale=4,
+            attn_scale=0.5,
+            no_rope_layer_interval=4,
+            rope_parameters=_LLAMA3,
+        ),
+    ),
 ]
 FAMILY_BY_ID = {c.id: c for c in FAMILY_CASES}
 
@@ -383,6 +407,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "bloom-alibi": ("alibi",),
     "mpt-alibi": ("alibi",),
     "gptoss-sinks": ("sinks",),
+    "llama4-chunked": ("temperature", "rope_scaling", "rope_import"),
 }
 
 

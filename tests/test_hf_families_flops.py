@@ -41,6 +41,7 @@ CASES = [
         "falcon-40b-style",
         "bloom-alibi",
         "gptoss-sinks",
+        "llama4-chunked",
     )
 ]
 

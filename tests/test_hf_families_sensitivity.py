@@ -37,6 +37,11 @@ MUTATIONS = [
     ("falcon-rw-alibi", "position.scaled", False),  # the bias scaled with the scores
     ("gptoss-sinks", "mlp.clamp.limit", 7.0),  # the twin's activations pass its limit 1.5
     ("gptoss-sinks", "mlp.clamp.alpha", 1.0),
+    ("llama4-chunked", "layer_kinds.nope.attention.temperature.scale", 0.05),  # the factor at positions 3..10
+    ("llama4-chunked", "layer_kinds.rope.attention.qk_norm", "none"),
+    ("llama4-chunked", "layer_kinds.rope_dense.attention.chunk", 8),
+    ("llama4-chunked", "mlp.router.weighs", "output"),
+    ("llama4-chunked", "position.rotation", "half"),
 ]
 
 

@@ -32,6 +32,19 @@ HUB: dict[str, tuple[str, str, dict[str, Any]]] = {
     "exaone4": ("Exaone4ForCausalLM", "Exaone4Config", dict(_D, sliding_window=8, sliding_window_pattern=2)),
     "cohere": ("CohereForCausalLM", "CohereConfig", dict(_D, logit_scale=0.125)),  # theta: 5e5
     "cohere2": ("Cohere2ForCausalLM", "Cohere2Config", dict(_D, sliding_window=8, sliding_window_pattern=2)),
+    "llama4_text": (  # RoPE and NoPE layers alternating, MoE every other layer; theta: 5e5
+        "Llama4ForCausalLM",
+        "Llama4TextConfig",
+        dict(
+            _D,
+            head_dim=16,
+            num_local_experts=4,
+            interleave_moe_layer_step=2,
+            no_rope_layer_interval=2,
+            attention_chunk_size=8,
+            floor_scale=8,
+        ),
+    ),
     "granite": (
         "GraniteForCausalLM",
         "GraniteConfig",
@@ -58,7 +71,7 @@ def test_both_dialects_give_one_spec(tmp_path: Path, model_type: str) -> None:
     for doc in (a, b):
         doc.pop("source"), doc.pop("name")
     assert a == b
-    if model_type in ("smollm3", "exaone4", "cohere2"):  # NoPE layers: some layer kinds have no RoPE
+    if model_type in ("smollm3", "exaone4", "cohere2", "llama4_text"):  # NoPE layers: some layer kinds have no RoPE
         assert any(k.get("position", {}).get("type") == "none" for k in a["layer_kinds"].values())
         assert len(a["layer_pattern"]) == 2
     if model_type in ("smollm3", "cohere"):  # the family's own default base
@@ -71,6 +84,8 @@ def test_both_dialects_give_one_spec(tmp_path: Path, model_type: str) -> None:
         ("olmoe", {"clip_qkv": 8.0}, "clip_qkv", "clamping q, k and v"),
         ("cohere", {"use_qk_norm": True}, "use_qk_norm", "per-head LayerNorm on q and k"),
         ("smollm3", {"no_rope_layers": [1, 0]}, "no_rope_layers", "one per layer"),
+        ("llama4_text", {"layer_types": ["sliding_attention"] * 4}, "layer_types", "chunked or full"),
+        ("llama4_text", {"moe_layers": "all"}, "moe_layers", "layer indices"),
     ],
 )
 def test_what_these_families_cannot_express_is_refused_at_its_line(

@@ -68,6 +68,12 @@ ZOO: dict[str, tuple[str, dict[str, Any], str, str]] = {
         "attention temperature tuning",
         "attn_scale",
     ),
+    "Llama4VisionModel": (  # a Llama4ForConditionalGeneration config imports its text model
+        "Llama4VisionConfig",
+        dict(_TOWER, image_size=28, patch_size=14, vision_output_dim=32, projector_input_dim=32),
+        "vision encoder",
+        "pixel_shuffle_ratio",
+    ),
     "GraniteForCausalLM": (
         "GraniteConfig",
         dict(_DEC, residual_multiplier=0.5),

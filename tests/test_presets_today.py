@@ -37,6 +37,7 @@ PUBLISHED = {
     "clip-vit-large-patch14-dual": 427_616_513,  # the whole CLIPModel: both towers, projections, logit scale
     "siglip-so400m-dual": 877_960_498,  # the whole SiglipModel: both towers, the text head, logit scale and bias
     "modernbert-base": 149_655_232,  # ModernBertForMaskedLM, its decoder tied to the embedding
+    "llama4-scout": 107_769_861_120,  # the text model (Llama4ForCausalLM): transformers' count, below
 }
 
 
@@ -64,6 +65,27 @@ def test_gpt_oss_active_counts(preset: str, active: float) -> None:
     s = load_spec(preset)
     assert round((p.active - s.vocab_size * s.d_model) / 1e7) == round(active / 1e7)
     assert p.total - p.active == p.by_category["mlp"] * (s.mlp.experts - s.mlp.active) // s.mlp.experts
+
+
+def test_llama4_scout_is_transformers_default_text_config(tmp_path: Path) -> None:
+    """Llama4TextConfig's defaults are Scout's text model: transformers builds it (on the meta device) with the
+    preset's count, 17B of it active (1 of 16 experts + the shared one + attention), and import-hf of that config
+    (saved by transformers, with Scout's llama3 RoPE scaling) is the preset."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "low_freq_factor": 1.0}
+    rope.update(high_freq_factor=4.0, original_max_position_embeddings=8192)
+    config = transformers.Llama4TextConfig(rope_parameters=rope)
+    config.architectures = ["Llama4ForCausalLM"]
+    with torch.device("meta"):
+        model = transformers.Llama4ForCausalLM(config)
+    p = analyze("llama4-scout", crossover=False).params
+    assert p.total == model.num_parameters() == PUBLISHED["llama4-scout"]
+    assert round(p.active / 1e9) == 17
+    assert p.total - p.active == 48 * 15 * 3 * 5120 * 8192  # the 15 idle experts of every layer
+    config.save_pretrained(tmp_path)
+    imported = import_hf(tmp_path).spec.model_dump(exclude=_NOT_ARCHITECTURE)
+    assert imported == load_spec("llama4-scout").model_dump(exclude=_NOT_ARCHITECTURE)
 
 
 def test_kimi_k2_style_config_imports_with_transformers_count(tmp_path: Path) -> None:

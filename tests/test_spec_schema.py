@@ -90,6 +90,21 @@ def test_encoder_decoder_blocks_shortcut() -> None:
             "mlp.clamp replaces the activation",
         ),
         ({"d_model": 1 << 17, "blocks": 1000, "attention": {"heads": 8}}, "parameters, more than"),
+        (
+            {"attention": {"heads": 4, "temperature": {"floor": 4}}, "position": "rotary"},
+            "attention.temperature is for layers without rotary positions",
+        ),
+        (
+            {"kind": "encoder", "attention": {"heads": 4, "temperature": {}}},
+            "attention temperature tuning is supported in decoders, not in kind encoder",
+        ),
+        (
+            {
+                "attention": {"heads": 4, "qk_norm": "l2"},
+                "position": {"type": "rotary", "scaling": {"type": "yarn", "factor": 4.0, "original_max_positions": 8}},
+            },
+            "qk_norm l2 with yarn RoPE is not supported",
+        ),
     ],
 )
 def test_cross_field_rules(changes: dict[str, Any], message: str) -> None:
@@ -162,6 +177,8 @@ def test_rnn_rules() -> None:
         ({"kind": "decoderr"}, "did you mean 'decoder'?"),
         ({"bais": True}, "did you mean 'bias'?"),
         ({"image": {"size": 8, "patch": 4}}, "'image' belongs to kind vit"),
+        ({"attention": {"heads": 4, "temperature": {"floor": 0}}}, "attention.temperature.floor must be ≥ 1"),
+        ({"mlp": {"type": "moe", "experts": 2, "active": 1, "router": {"weighs": "inputs"}}}, "did you mean 'input'?"),
     ],
 )
 def test_field_errors(changes: dict[str, Any], fragment: str) -> None:
@@ -188,3 +205,33 @@ def test_rotary_fraction_must_give_whole_even_dims() -> None:
     # 8 × 0.3 = 2.4 would be silently truncated to 2; it is refused instead
     assert "rotary needs an even number of rotated dims" in error_of(position={"type": "rotary", "fraction": 0.3})
     assert spec(position={"type": "rotary", "fraction": 0.25}).position.fraction == 0.25  # 8 × 0.25 = 2
+
+
+def test_llama4_fields_are_blamed_on_the_layer_kind_line(tmp_path: Any) -> None:
+    """Temperature tuning in a rotary layer kind: the error points at that kind's temperature key."""
+    text = """name: l4
+kind: decoder
+vocab_size: 97
+context: 64
+d_model: 32
+blocks: 2
+attention: {heads: 4, qk_norm: l2}
+norm: {type: rmsnorm}
+position: rotary
+layer_kinds:
+  rope: {}
+  nope:
+    attention:
+      temperature: {floor: 4}
+layer_pattern: [rope, nope]
+"""
+    path = tmp_path / "l4.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as e:
+        load_spec(str(path))
+    d = e.value.diagnostics[0]
+    assert "temperature is for layers without rotary positions" in d.message and d.line == 14
+    fixed = text.replace("      temperature: {floor: 4}", "      qk_norm: none\n      temperature: {floor: 4}")
+    path.write_text(fixed.replace("  nope:\n", "  nope:\n    position: none\n"), encoding="utf-8")
+    s = load_spec(str(path))
+    assert s.layer_kinds["nope"].attention.temperature.floor == 4

@@ -47,6 +47,7 @@ BIAS = 1  # per output element of a linear (FlopCounterMode ignores it: counted 
 POSITION_ADD = 1  # learned or sinusoidal table added to x
 POSITION_2D_ADD = 2  # row and column tables
 ROPE = 3  # per rotated element: x·cos + rotate_half(x)·sin
+TEMPERATURE = 1  # per q element: times its position's temperature factor (Llama 4's NoPE layers)
 EMBED_SCALE = 1  # embedding × scale when the scale is not 1
 MEAN_POOL = 1  # per element summed
 L2_NORMALIZE = 3  # per element: square, sum, divide (and one square root per row)

@@ -100,6 +100,15 @@ class HFConfig:
         self._subs.append(child)
         return child
 
+    def nested(self, key: str) -> HFConfig | None:
+        """The object at ``key`` (a multimodal config's ``text_config``) as a config of its own, its fields found
+        at their lines in this file (the text before it blanked, lines kept); None when it is not an object."""
+        inner = self.mapping(key)
+        if inner is None:
+            return None
+        at = self.offset(key) or 0
+        return HFConfig(inner, self.path, "".join(c if c == "\n" else " " for c in self._text[:at]) + self._text[at:])
+
     # -- judging ----------------------------------------------------------------------------------------
 
     def where(self, key: str) -> Diagnostic:

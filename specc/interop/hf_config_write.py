@@ -65,6 +65,7 @@ def _plain_attention(s: Any, *allowed: str) -> None:
         a = layer.attention
         need(a.prefix is None and a.chunk is None, ("attention",), "prefix / chunked attention")
         need(a.latent is None, ("attention", "latent"), "multi-head latent attention (DeepSeek's)")
+        need(a.temperature is None, ("attention", "temperature"), "attention temperature tuning (Llama 4's)")
         if "mask" not in allowed:
             need(a.mask in (None, "causal", "none", "padding"), ("attention", "mask"), f"a {a.mask} mask")
         need("scale" in allowed or a.scale is None, ("attention", "scale"), "a custom attention scale")
@@ -925,6 +926,69 @@ def cohere(s: Any, arch: str) -> dict[str, Any]:
     return cfg
 
 
+def _one(values: list[Any], path: tuple[str | int, ...], message: str) -> Any:
+    """The value every layer (of some group) shares; None when there is no such layer."""
+    need(all(v == values[0] for v in values), path, message)
+    return values[0] if values else None
+
+
+def llama4(s: Any) -> dict[str, Any]:
+    """Llama 4 text: RoPE layers (pairs, chunked or full, weightless QK-norm) and NoPE layers (full, temperature
+    tuning); MoE layers (sigmoid top-k gates on the experts' inputs, a shared expert) and dense ones."""
+    _pre_rms(s)
+    need(_bias(s, "qkv") == _bias(s, "out") and not _bias(s, "mlp"), ("bias",), "biases other than Llama 4's")
+    rotary, rope = _nope_rope(s, interleaved=True)
+    layers = _layers(s)
+    rope_layers = [layer for layer, r in zip(layers, rotary, strict=True) if r]
+    nope_layers = [layer for layer, r in zip(layers, rotary, strict=True) if not r]
+    need(all(x.position.rotation == "interleaved" for x in rope_layers), ("position", "rotation"), "RoPE on halves")
+    for layer in layers:
+        a = layer.attention
+        need(a.mask in (None, "causal", "chunked"), ("attention", "mask"), f"a {a.mask} mask")
+        need(a.scale is None and a.softcap is None and not a.sinks, ("attention",), "a scale, softcap or sinks")
+        need(a.latent is None and a.prefix is None, ("attention",), "latent or prefix attention")
+    chunked = [layer.attention.mask == "chunked" for layer in layers]
+    chunk = _one([x.attention.chunk for x in layers if x.attention.mask == "chunked"], ("attention", "chunk"),
+                 "chunks of different sizes")  # fmt: skip
+    l2 = _one([x.attention.qk_norm for x in rope_layers], ("attention", "qk_norm"), "QK-norm in some RoPE layers")
+    need(l2 in ("l2", "none") and all(x.attention.qk_norm == "none" for x in nope_layers), ("attention", "qk_norm"),
+         "a QK-norm other than the weightless one of the RoPE layers")  # fmt: skip
+    t = _one([x.attention.temperature for x in nope_layers], ("attention", "temperature"), "temperature in some layers")
+    need(all(x.attention.temperature is None for x in rope_layers), ("attention", "temperature"), "tuned RoPE layers")
+    moe = [layer.mlp for layer in layers if layer.mlp.type == "moe"]
+    dense = [layer.mlp for layer in layers if layer.mlp.type != "moe"]
+    m = _one(moe, ("mlp",), "MoE layers that differ")
+    d = _one(dense, ("mlp",), "dense layers that differ")
+    cfg = {**_sizes(s), "rms_norm_eps": s.norm.eps, "tie_word_embeddings": s.tie_embeddings, "rope_parameters": rope}
+    if m is not None:
+        r = m.router
+        need(m.expert == "swiglu" and m.clamp is None, ("mlp", "expert"), "experts other than plain SwiGLU")
+        need(r.score == "sigmoid" and r.weighs == "input" and not r.normalize, ("mlp", "router"),
+             "a router other than Llama 4's (sigmoid gates on the experts' inputs, not renormalised)")  # fmt: skip
+        need(not r.score_bias and r.groups == 1 and r.scale == 1.0 and not r.bias, ("mlp", "router"),
+             "DeepSeek or GPT-OSS routing")  # fmt: skip
+        need(r.aux_loss_coef == 0 and r.jitter == 0, ("mlp", "router"), "a load-balancing loss or router jitter")
+        need(m.shared is not None and m.shared.hidden == m.hidden and m.shared.gate == "none", ("mlp", "shared"),
+             "MoE without an ungated shared expert of the experts' size")  # fmt: skip
+        cfg.update(num_local_experts=m.experts, num_experts_per_tok=m.active, intermediate_size=m.hidden)
+    act = _one([_moe_activation(x) for x in moe] + [x.activation for x in dense], ("mlp", "activation"),
+               "different activations")  # fmt: skip
+    if d is not None:
+        need(d.type == "swiglu", ("mlp", "type"), f"a {d.type} MLP (Llama 4's dense layers are gated)")
+        cfg["intermediate_size_mlp"] = d.hidden
+        cfg.setdefault("intermediate_size", d.hidden)  # read by the shared expert alone: MoE layers set it
+    else:
+        cfg["intermediate_size_mlp"] = m.hidden
+    cfg.update(hidden_act=_act(act, ("mlp", "activation")), attention_bias=_bias(s, "qkv"))
+    cfg.update(moe_layers=[i for i, x in enumerate(layers) if x.mlp.type == "moe"])
+    cfg.update(no_rope_layers=[int(r) for r in rotary], use_qk_norm=l2 == "l2", attention_chunk_size=chunk)
+    cfg["layer_types"] = ["chunked_attention" if c else "full_attention" for c in chunked]
+    cfg["attn_temperature_tuning"] = t is not None
+    if t is not None:
+        cfg.update(floor_scale=t.floor, attn_scale=t.scale)
+    return cfg
+
+
 def deepseek(s: Any, arch: str) -> dict[str, Any]:
     """DeepSeek-V2 / V3: latent attention, DeepSeek routing, shared experts, dense-first layers."""
     v3 = arch == "DeepseekV3ForCausalLM"
@@ -999,6 +1063,7 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "BloomForCausalLM": ("bloom", bloom),
     "MptForCausalLM": ("mpt", mpt),
     "GptOssForCausalLM": ("gpt_oss", gpt_oss),
+    "Llama4ForCausalLM": ("llama4_text", llama4),
     "BertForMaskedLM": ("bert", bert),
     "BertModel": ("bert", bert),
     "ModernBertForMaskedLM": ("modernbert", modernbert),
@@ -1065,6 +1130,7 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "DeepseekV2ForCausalLM",
         "OPTForCausalLM",
         "GptOssForCausalLM",
+        "Llama4ForCausalLM",
     ),
     "encoder": (
         "BertForMaskedLM",

@@ -42,21 +42,11 @@ def _nested(key: str, sub: str) -> Callable[[dict[str, Any]], bool]:
 
 ROWS: tuple[Missing, ...] = (
     Missing(
-        "attention temperature tuning on NoPE layers (attn_temperature_tuning) is not supported",
-        ("Llama4ForCausalLM",),
-        ("attn_scale", "attn_temperature_tuning", "floor_scale"),
-        lambda d: d.get("attn_temperature_tuning", True) is not False,
-    ),
-    Missing(
-        "Llama 4's top-1 sigmoid router (its score scales the expert's input) is not supported",
-        ("Llama4ForCausalLM",),
-        ("num_local_experts", "interleave_moe_layer_step", "model_type"),
-    ),
-    Missing(
-        "L2 normalisation of q and k without weights (use_qk_norm) is not supported",
-        ("Llama4ForCausalLM",),
-        ("use_qk_norm",),
-        lambda d: d.get("use_qk_norm", True) is not False,
+        "Llama 4's vision encoder (an unfolded patch projection, 2-D rotary positions, pixel shuffle into the "
+        "text model's inputs) is not supported",
+        ("Llama4VisionModel",),
+        ("pixel_shuffle_ratio", "model_type"),
+        hint="a Llama4ForConditionalGeneration config imports its text model",
     ),
     Missing(
         "the audio front-end (input_features through two Conv1d, num_mel_bins) is not supported",

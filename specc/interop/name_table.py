@@ -10,7 +10,9 @@ The operations (``op`` or ``(op, *args)``):
 - ``t``: transposed (GPT-2's Conv1D ``[in, out]``);
 - ``cat``: concatenated along the output axis, split by heads: q, k, v (or k, v) of the attention's sizes;
 - ``stack``: per-expert tensors stacked into ``[E, out, in]``;
-- ``("half", axis, i)``: half ``i`` of a fused tensor twice as long on ``axis`` (``gate_up_proj``);
+- ``("half", axis, i)``: half ``i`` of a fused tensor twice as long on ``axis`` (``gate_up_proj``), and
+  ``("half", axis, i, True)`` of one stored ``[.., in, out]`` (the half taken, then the last two axes swapped:
+  Llama 4's experts);
   ``("parts", axis, sizes, i)``: part ``i`` of a tensor packed from parts of relative ``sizes`` on ``axis``;
 - ``squeeze``: stored with a leading unit axis; ``unsqueeze``: stored without the leading unit axes;
   ``("rows", n)``: the first n rows are never read;
@@ -106,8 +108,15 @@ def _rule(g: LayerGraph, target: str, shape: ShapeT, alt: Alternative, fields: M
         return concat(src, shape, attention_sizes(g, target))
     if name == "stack":
         return stacked([src[0].replace("{e}", str(j)) for j in range(shape[0])], shape)
+    if name == "half" and len(args) == 3 and args[2]:  # stored [.., in, out]: halve, then swap the last two axes
+        axis, i, _ = args
+        inner = (*shape[:-2], shape[-1], shape[-2])
+        full = tuple(n * 2 if a == axis else n for a, n in enumerate(inner))
+        start, stop = inner[axis] * i, inner[axis] * (i + 1)
+        how = f"slice {start}:{stop} of axis {axis}, last two axes swapped"
+        return Rule((src[0],), (full,), how, ("narrow_swap", axis, start, stop))
     if name == "half":
-        axis, i = args
+        axis, i = args[:2]
         full = tuple(n * 2 if a == axis else n for a, n in enumerate(shape))
         return part(src[0], shape, full, axis, shape[axis] * i)
     if name == "parts":  # part i of a tensor packed from parts of relative sizes along axis (in_proj: q | k v)

@@ -20,6 +20,7 @@ from . import (
     hf_gptj,
     hf_granite,
     hf_llama,
+    hf_llama4,
     hf_modernbert,
     hf_mpt,
     hf_neox,
@@ -44,6 +45,7 @@ FAMILIES: tuple[Family, ...] = (
     hf_gpt_oss.FAMILY,  # before the Llama-named families: its q/k/v names are theirs
     hf_phi.FAMILY,  # before Llama: Phi-2 shares its q/k/v names
     hf_deepseek.FAMILY,  # before Llama: DeepSeek-V2-Lite has a q_proj
+    hf_llama4.FAMILY,  # before Llama: its q/k/v names are Llama's
     hf_llama.FAMILY,
     hf_qwen.FAMILY,
     hf_phi3.FAMILY,
@@ -80,6 +82,8 @@ FAMILIES: tuple[Family, ...] = (
 DEFAULT_ARCHITECTURE = {
     "gpt2": "GPT2LMHeadModel",
     "llama": "LlamaForCausalLM",
+    "llama4_text": "Llama4ForCausalLM",
+    "llama4": "Llama4ForConditionalGeneration",
     "mistral": "MistralForCausalLM",
     "mixtral": "MixtralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",

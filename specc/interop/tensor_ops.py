@@ -160,6 +160,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "interleave": lambda xs, axis: interleave(xs[0], axis),
     "regroup": lambda xs, groups, sizes: regroup(xs[0], groups, tuple(sizes)),
     "swap": lambda xs: swap(xs[0]),
+    "narrow_swap": lambda xs, axis, start, stop: swap(narrow(xs[0], axis, start, stop)),  # Llama 4's experts
     # every step-th entry of an axis from start, then (swapped) the last two axes exchanged
     "every": lambda xs, axis, start, step, swapped: (swap if swapped else lambda y: y)(every(xs[0], axis, start, step)),
 }
@@ -194,6 +195,8 @@ def unapply(op: tuple[Any, ...], y: Any, expect: tuple[tuple[int, ...], ...]) ->
         return [ungroup(y, args[0], tuple(args[1]))]
     if name == "swap":
         return [swap(y)]
+    if name == "narrow_swap":
+        return [Part(args[0], args[1], args[2], expect[0], swap(y))]
     if name == "every":  # one of several strided slices: assembled with the others
         axis, start, step, swapped = args
         return [Part(axis, start, start + 1, expect[0], swap(y) if swapped else y, step)]

@@ -24,7 +24,9 @@ Conventions every backend follows:
   ``specc.backends.torch.layers.attention.alibi_slopes`` computes them (Press 2022, MPT's rule), times ``scale``
   when ``alibi_scaled``; causality and windows still come from ``mask``. ``alibi_bf16``: the bias is
   bf16(bf16(slope_h) · k) at each key's position k (counted over the padding mask), a constant per query row
-  away from slope_h · (k - q) but for the rounding, which it reproduces.
+  away from slope_h · (k - q) but for the rounding, which it reproduces. ``temperature_floor`` (when set) scales q
+  by 1 + ``temperature_scale`` · log(1 + floor((p + 1) / temperature_floor)) at position p, the token's index with
+  the cache counted (Llama 4's attention temperature tuning on its NoPE layers).
 - ``moe`` expert weights are ``[E, out, in]``; gates are softmax over router logits, top-``active``,
   renormalised when ``normalize``. Two attributes act in training only (Switch Transformer, Fedus 2021):
   ``jitter`` multiplies the router input by noise drawn from U(1 - jitter, 1 + jitter) (0: off), and
@@ -37,7 +39,8 @@ Conventions every backend follows:
   ``groups`` equal groups (a group scored by its best expert, or the sum of its best two: ``group_score``);
   the gates are the chosen experts' unbiased scores, renormalised (sum + 1e-20) when ``normalize``, times
   ``routed_scale``. The routing lives in the op (the torch layer's ``select``), so expert dispatch takes
-  (indices, weights) alone.
+  (indices, weights) alone. ``weigh_input``: a chosen expert's gate multiplies its input instead of its output,
+  expert(gate · x) (Llama 4).
 """
 
 from __future__ import annotations
@@ -279,6 +282,7 @@ class SliceRMSNormAttrs(OpAttrs):
     width: int
     eps: float = 1e-5
     unit_offset: bool = False
+    affine: bool = True  # False: no weight, x · rsqrt(mean(x²) + eps) alone (Llama 4's L2 norm)
 
 
 _op(
@@ -287,7 +291,7 @@ _op(
     "on a packed projection: per head dim = head_dim, full width dim = width); the other features pass through",
     SliceRMSNormAttrs,
     _same,
-    lambda a, s: {"weight": ParamSpec((a.dim,), "zeros" if a.unit_offset else "ones")},
+    lambda a, s: {"weight": ParamSpec((a.dim,), "zeros" if a.unit_offset else "ones")} if a.affine else {},
 )
 
 
@@ -457,6 +461,8 @@ class AttentionAttrs(OpAttrs):
     alibi_bf16: bool = False  # slopes and slope · key position rounded to bfloat16 (Falcon-RW's code)
     sinks: bool = False  # parameter `sinks` [heads]: a logit per head in the softmax denominator (GPT-OSS)
     position_bias: bool = False  # input 1 is an additive bias [1, H, N_q, N_k] (a relative_bias op's output)
+    temperature_floor: int | None = None  # q × (1 + temperature_scale · log1p(floor((p + 1) / floor))) (Llama 4)
+    temperature_scale: float = 0.1
 
 
 def _attention_shape(a: AttentionAttrs, s: list[Shape]) -> Shape:
@@ -566,6 +572,7 @@ class MoEAttrs(OpAttrs):
     # GPT-OSS's clamped SwiGLU: (up + 1) · gate · σ(alpha · gate), gate ≤ limit, |up| ≤ limit (None: fn(gate) · up)
     clamp_limit: float | None = None
     clamp_alpha: float = 1.702
+    weigh_input: bool = False  # the gate multiplies the expert's input, expert(gate · x) (Llama 4)
 
 
 def _moe_params(a: MoEAttrs, s: list[Shape]) -> dict[str, ParamSpec]:

@@ -60,6 +60,7 @@ def attention_rules(spec: _Transformer) -> Any:
             "decoders are causal, and padding is applied whenever attention_mask is passed at run time: "
             "use mask: causal",
         )
+    yield from _llama4_rules(spec)
     # Each structural mask and the length it needs: (field, mask, hint when missing, hint when too long).
     for field, kind, example, too_long in (
         ("window", "sliding_window", "4096", "a window that covers the whole context is a plain causal mask"),
@@ -82,6 +83,32 @@ def attention_rules(spec: _Transformer) -> Any:
             yield Violation(("attention", field), f"{field} {value} is longer than context {spec.context}", hint)
 
 
+def _llama4_rules(spec: _Transformer) -> Any:
+    """Temperature tuning scales q in layers without RoPE; the weightless QK-norm commutes with plain rotations."""
+    a, p = spec.attention, spec.position
+    if a.temperature is not None and not isinstance(spec, DecoderSpec):
+        yield Violation(
+            ("attention", "temperature"),
+            f"attention temperature tuning is supported in decoders, not in kind {kind_name(spec)}",
+            "remove temperature",
+        )
+    elif a.temperature is not None and p.type == "rotary":
+        yield Violation(
+            ("attention", "temperature"),
+            "attention.temperature is for layers without rotary positions (Llama 4's NoPE layers)",
+            "give these layers a layer kind with position: none, or remove temperature",
+            also=(("position", "type"),),
+        )
+    sc = p.scaling if p.type == "rotary" else None
+    if a.qk_norm == "l2" and sc is not None and sc.type in ("yarn", "longrope"):
+        yield Violation(
+            ("attention", "qk_norm"),
+            f"qk_norm l2 with {sc.type} RoPE is not supported: its cos/sin scale would not survive the norm",
+            "use plain, linear, dynamic or llama3 RoPE scaling, or another qk_norm",
+            also=(("position", "scaling", "type"),),
+        )
+
+
 def _latent_rules(spec: _Transformer) -> Any:
     """MLA fixes the head sizes and gives every head its own K/V: no field may say otherwise."""
     a, lat = spec.attention, spec.attention.latent
@@ -101,7 +128,11 @@ def _latent_rules(spec: _Transformer) -> Any:
             f"kv_heads {a.kv_heads} ≠ heads {a.heads}: latent attention expands K/V for every head",
             "remove kv_heads",
         )
-    for key, value, off in (("qk_norm", a.qk_norm, "none"), ("softcap", a.softcap, None)):
+    for key, value, off in (
+        ("qk_norm", a.qk_norm, "none"),
+        ("softcap", a.softcap, None),
+        ("temperature", a.temperature, None),
+    ):
         if value != off:
             yield Violation(("attention", key), f"attention.{key} is not supported with latent attention")
 

@@ -95,6 +95,14 @@ class Latent(_Strict):
     eps: float = Field(1e-6, gt=0, lt=1, description="eps of the RMSNorms on the q and KV latents")
 
 
+class Temperature(_Strict):
+    """Attention temperature tuning (Llama 4's NoPE layers, Nakanishi 2025): q scaled by a factor that grows with
+    the position p (the token's index, cache included), 1 + scale · log(1 + floor((p + 1) / floor))."""
+
+    floor: SInt = Field(8192, ge=1, le=MAX_CONTEXT, description="positions per step of the factor (floor_scale)")
+    scale: float = Field(0.1, gt=0, le=100, description="the factor's strength (attn_scale)")
+
+
 class Attention(_Strict):
     heads: SInt = Field(..., ge=1, le=MAX_HEADS, description="query heads H")
     kv_heads: SInt | None = Field(None, ge=1, le=MAX_HEADS, description="K/V heads (GQA/MQA); default H")
@@ -116,11 +124,12 @@ class Attention(_Strict):
         None, ge=1, le=MAX_CONTEXT, description="chunked: a query sees the keys of its own chunk of this many positions"
     )
     scale: float | None = Field(None, gt=0, description="score scale; default 1/sqrt(head_dim)")
-    qk_norm: Literal["none", "head", "full"] = Field(
+    qk_norm: Literal["none", "head", "full", "l2"] = Field(
         "none",
         description="RMSNorm of q and k after the projection, before RoPE (norm.eps, norm.unit_offset): head = "
         "per head over head_dim (Qwen3, Gemma 3), full = over the projected width heads·head_dim and "
-        "kv_heads·head_dim (OLMo-2)",
+        "kv_heads·head_dim (OLMo-2); l2 = per head without a weight, x · rsqrt(mean(x²) + norm.eps) (Llama 4's "
+        "L2 norm, which transformers applies after RoPE: the same, as a rotation keeps each head's norm)",
     )
     softcap: float | None = Field(
         None, gt=0, description="attention-logit softcapping: scores = softcap · tanh(scores / softcap) (Gemma 2)"
@@ -134,6 +143,11 @@ class Attention(_Strict):
         False,
         description="attention sinks: a learned logit per head in the softmax denominator, softmax over "
         "[scores, sink] with the sink's share dropped (GPT-OSS); one parameter per head",
+    )
+    temperature: Temperature | None = Field(
+        None,
+        description="attention temperature tuning: q × (1 + scale · log(1 + floor((p + 1) / floor))) at position p "
+        "(Llama 4's attn_temperature_tuning, floor_scale, attn_scale), in layers without rotary positions",
     )
 
 
@@ -206,6 +220,10 @@ class Router(_Strict):
     )
     scale: float = Field(1.0, gt=0, description="multiply the routed experts' weights by this (routed_scaling_factor)")
     bias: SBool = Field(False, description="an additive bias on the router logits, one per expert (GPT-OSS)")
+    weighs: Literal["output", "input"] = Field(
+        "output",
+        description="what a chosen expert's weight multiplies: its output, or its input, expert(weight · x) (Llama 4)",
+    )
 
 
 class SharedExpert(_Strict):

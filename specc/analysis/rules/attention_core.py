@@ -78,6 +78,8 @@ def attention_flops(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> 
     ]
     if a.rope_dims:
         parts.append(Flop("pos", other=C.ROPE * b * nq * (h + kv) * a.rope_dims))
+    if a.temperature_floor is not None:  # q × its position's factor (Llama 4): one multiply per q element
+        parts.append(Flop("pos", other=C.TEMPERATURE * b * nq * h * hd))
     return parts
 
 
@@ -101,6 +103,7 @@ def attention_memory(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) ->
     bias = scores * ctx.bytes if a.alibi_max_bias is not None or a.position_bias else 0  # (T5's bias too)
     # torch's rotary makes new q and k while V stays a view of the packed q|k|v: that whole buffer is kept too
     rotated = (q + b * nk * kv * hd) * ctx.bytes if a.rope_dims and not a.cross else 0
+    rotated += q * ctx.bytes if a.temperature_floor is not None else 0  # the scaled q is a new tensor too
     return Mem(
         saved=saved,
         saved_fused=saved if capped else (q + k_v) * ctx.bytes + stats,

@@ -51,7 +51,7 @@ def slice_norm_memory(a: SliceRMSNormAttrs, ins: list[Dims], out: Dims, ctx: Ctx
     slice otherwise; and rstd, one per row and group."""
     x = numel(ins[0]) * ctx.bytes if ctx.bytes == C.STAT_BYTES else tokens(out) * a.width * C.STAT_BYTES
     rstd = tokens(out) * (a.width // a.dim) * C.STAT_BYTES
-    return Mem(saved=tokens(out) * a.width * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=a.dim,
+    return Mem(saved=tokens(out) * a.width * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=a.dim * a.affine,
                saved_torch=x + rstd)  # fmt: skip
 
 

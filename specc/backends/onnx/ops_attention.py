@@ -53,7 +53,31 @@ def _split(b: GraphBuilder, op: Op, packed: str, kv_packed: str = "") -> tuple[s
     if a.rope_dims:
         q = rope(b, op, q, h, packed)
         k = rope(b, op, k, kv, packed)
+    if a.temperature_floor is not None:
+        q = b.op("Mul", [q, temperature(b, op, packed)], scope=op.name)
     return q, k, v
+
+
+def temperature(b: GraphBuilder, op: Op, source: str) -> str:
+    """Llama 4's q scale [1, N, 1] at this call's indices p (past + arange(N)): 1 + scale · log(1 + floor((p + 1) /
+    floor)), in fp32 as the torch layer computes it; a pre-op on q, so the attention node stays one."""
+    a = op.attrs
+    key = ("temperature", op.stack, a.temperature_floor, float(a.temperature_scale))
+    if key not in b.memo:
+        f32 = np.float32
+        start, end = span(b, source, op.stack)
+        p = b.op("Cast", [b.op("Range", [start, end, b.scalar_i64(1)], scope="temperature")], scope="temperature", to=1)
+        one = b.const(np.array(1.0, f32), "one_f32", f32)
+        steps = b.op("Floor", [b.op("Div", [b.op("Add", [p, one], scope="temperature"),
+                                            b.const(np.array(a.temperature_floor, f32), "floor", f32)],
+                                     scope="temperature")], scope="temperature")  # fmt: skip
+        log = b.op("Log", [b.op("Add", [steps, one], scope="temperature")], scope="temperature")
+        scaled = b.op("Mul", [log, b.const(np.array(a.temperature_scale, f32), "temperature_scale", f32)],
+                      scope="temperature")  # fmt: skip
+        factor = b.op("Add", [scaled, one], scope="temperature")
+        factor = b.op("Unsqueeze", [factor, b.i64(0, 2)], scope="temperature")  # [1, N, 1]
+        b.memo[key] = to_model_dtype(b, factor, "temperature")
+    return b.memo[key]
 
 
 def _standard(b: GraphBuilder, op: Op, q: str, k: str, v: str, pad: str, cached: bool, bias: str = "") -> str:
@@ -142,7 +166,7 @@ def _contrib(b: GraphBuilder, op: Op, xs: list[str], pad: str, cached: bool) -> 
     pasts = list(b.cache.past(op)) if cached else ["", ""]
     if gqa:
         # no RoPE: the packed [B, N, (heads + 2 kv_heads) · head_dim] projection is GQA's packed query input
-        qkv = list(_split(b, op, xs[0])) if a.rope_dims else [xs[0], "", ""]
+        qkv = list(_split(b, op, xs[0])) if a.rope_dims or a.temperature_floor is not None else [xs[0], "", ""]
         _, end = span(b, xs[0], op.stack)
         total = b.op("Cast", [end], scope=op.name, to=6)  # int32 scalar
         seqlens = b.op("Expand", [b.op("Sub", [total, b.const(1, "one_i32", "int32")], scope=op.name), b.dim(xs[0], 0)])
@@ -182,7 +206,8 @@ def _fold_projection_bias(b: GraphBuilder, op: Op, xs: list[str]) -> tuple[str, 
     Unchanged (bias "") when RoPE must rotate the biased Q / K or a projection has no plain bias Add."""
     cross = op.attrs.cross
     inputs = [xs[0], xs[1]] if cross else [xs[0]]
-    found = [] if op.attrs.rope_dims else [bias_add(b, x) for x in inputs]
+    rotated = op.attrs.rope_dims or op.attrs.temperature_floor is not None  # q changes before the node
+    found = [] if rotated else [bias_add(b, x) for x in inputs]
     if not found or any(f is None for f in found):
         return xs[0], xs[1] if cross else "", ""
     for node, _, _ in found:

@@ -55,7 +55,10 @@ def make_layernorm(b: GraphBuilder, op: Op, xs: list[str]) -> str:
 
 
 def _rms_weight(b: GraphBuilder, op: Op) -> str:
-    """The norm's scale: its weight, or (1 + weight) for a unit-offset RMSNorm (ORT folds the constant add)."""
+    """The norm's scale: its weight, or (1 + weight) for a unit-offset RMSNorm (ORT folds the constant add), or
+    ones for a norm without a weight (RMSNormalization's scale is required)."""
+    if not getattr(op.attrs, "affine", True):
+        return b.const(np.ones(op.attrs.dim), f"ones{op.attrs.dim}")
     w = b.param(f"{op.name}.weight")
     return b.op("Add", [w, b.const(np.array(1.0), "one")], scope=op.name) if op.attrs.unit_offset else w
 

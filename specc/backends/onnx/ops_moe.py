@@ -135,21 +135,29 @@ def _expert(b: GraphBuilder, op: Op, x: str, e: int) -> str:
 
 
 def _sparse(b: GraphBuilder, op: Op, tokens: str, gates: str, idx: str) -> str:
-    """Σ_slots gate · expert(token), each expert on its routed rows only → [T, D]."""
+    """Σ_slots gate · expert(token) (Llama 4: expert(gate · token)), each expert on its routed rows only → [T, D]."""
     k, d = op.attrs.active, op.attrs.dim
     flat = b.op("Reshape", [idx, b.i64(-1)], scope=op.name)  # [T·A]: assignment t·A + slot → expert
+    flat_gates = b.op("Reshape", [gates, b.i64(-1)], scope=op.name)
     outs, slots = [], []
     for e in range(op.attrs.experts):
-        chose = b.op("Equal", [flat, b.const(e, f"e{e}", dtype="int64")], scope=f"{op.name}.{e}")
-        where = b.op("Reshape", [b.op("NonZero", [chose], scope=f"{op.name}.{e}"), b.i64(-1)], scope=f"{op.name}.{e}")
-        rows = where if k == 1 else b.op("Div", [where, b.const(k, f"k{k}", dtype="int64")], scope=f"{op.name}.{e}")
-        outs.append(_expert(b, op, b.op("Gather", [tokens, rows], scope=f"{op.name}.{e}", axis=0), e))
+        scope = f"{op.name}.{e}"
+        chose = b.op("Equal", [flat, b.const(e, f"e{e}", dtype="int64")], scope=scope)
+        where = b.op("Reshape", [b.op("NonZero", [chose], scope=scope), b.i64(-1)], scope=scope)
+        rows = where if k == 1 else b.op("Div", [where, b.const(k, f"k{k}", dtype="int64")], scope=scope)
+        x = b.op("Gather", [tokens, rows], scope=scope, axis=0)
+        if op.attrs.weigh_input:
+            gate = b.op("Unsqueeze", [b.op("Gather", [flat_gates, where], scope=scope, axis=0), b.i64(-1)], scope=scope)
+            x = b.op("Mul", [x, gate], scope=scope)
+        outs.append(_expert(b, op, x, e))
         slots.append(where)
     routed = b.op("Concat", outs, scope=op.name, axis=0)  # [T·A, D], grouped by expert
     where = b.op("Unsqueeze", [b.op("Concat", slots, scope=op.name, axis=0), b.i64(-1)], scope=op.name)
     blank = b.op("Expand", [b.const(0.0, "zero"), b.op("Shape", [routed], scope=op.name)], scope=op.name)
     ordered = b.op("ScatterND", [blank, where, routed], scope=op.name)  # back to (token, slot) order
     per_slot = b.op("Reshape", [ordered, b.i64(-1, k, d)], scope=op.name)  # [T, A, D]
+    if op.attrs.weigh_input:
+        return b.op("ReduceSum", [per_slot, b.i64(1)], scope=op.name, keepdims=0)
     weighted = b.op("Mul", [per_slot, b.op("Unsqueeze", [gates, b.i64(-1)], scope=op.name)], scope=op.name)
     return b.op("ReduceSum", [weighted, b.i64(1)], scope=op.name, keepdims=0)
 
@@ -163,19 +171,30 @@ def _experts_linear(b: GraphBuilder, op: Op, x: str, w: str, bias: str) -> str:
 
 
 def _dense(b: GraphBuilder, op: Op, tokens: str, gates: str, idx: str) -> str:
-    """Every expert on every token, gates zero outside the top-A → [T, D]."""
+    """Every expert on every token, gates zero outside the top-A → [T, D]; Llama 4's gates scale the experts'
+    inputs, and a mask of the chosen experts keeps the others (whose bias would still add) out."""
     a = op.attrs
     x = b.op("Unsqueeze", [tokens, b.i64(0)], scope=op.name)  # [1, T, D]
+    shape = b.op("Concat", [b.dim(idx, 0), b.i64(a.experts)], scope=op.name, axis=0)
+    blank = b.op("Expand", [b.const(0.0, "zero"), shape], scope=op.name)  # [T, E] zeros
+
+    def per_expert(values: str) -> str:  # [T, A] → [E, T, 1], zero outside the top-A
+        dense = b.op("ScatterElements", [blank, idx, values], scope=op.name, axis=1)
+        return b.op("Unsqueeze", [b.op("Transpose", [dense], scope=op.name, perm=[1, 0]), b.i64(2)])
+
+    if a.weigh_input:
+        x = b.op("Mul", [x, per_expert(gates)], scope=op.name)  # [E, T, D]
     if a.expert == "swiglu":
         gate, up = _experts_linear(b, op, x, "w_gate", "b_gate"), _experts_linear(b, op, x, "w_up", "b_up")
         y = _experts_linear(b, op, _glu(b, op, gate, up, op.name), "w_down", "b_down")
     else:
         hidden = activation(b, _experts_linear(b, op, x, "w_in", "b_in"), a.activation, op.name)
         y = _experts_linear(b, op, hidden, "w_out", "b_out")  # [E, T, D]
-    shape = b.op("Concat", [b.dim(idx, 0), b.i64(a.experts)], scope=op.name, axis=0)
-    blank = b.op("Expand", [b.const(0.0, "zero"), shape], scope=op.name)  # [T, E] zeros
-    dense = b.op("ScatterElements", [blank, idx, gates], scope=op.name, axis=1)
-    dense = b.op("Unsqueeze", [b.op("Transpose", [dense], scope=op.name, perm=[1, 0]), b.i64(2)])  # [E, T, 1]
+    if a.weigh_input:
+        ones = b.op("Expand", [b.const(1.0, "one"), b.op("Shape", [gates], scope=op.name)], scope=op.name)
+        dense = per_expert(ones)
+    else:
+        dense = per_expert(gates)
     return b.op("ReduceSum", [b.op("Mul", [y, dense], scope=op.name), b.i64(0)], scope=op.name, keepdims=0)
 
 

@@ -30,6 +30,7 @@ HOW = {
     "regroup": "lambda xs, groups, sizes: torch.cat([p.flatten(0, 2) for p in xs[0].unflatten(0, "
     "(groups, sum(sizes), -1)).split(sizes, 1)])",
     "swap": "lambda xs: xs[0].transpose(-1, -2).contiguous()",
+    "narrow_swap": "lambda xs, dim, start, stop: xs[0].narrow(dim, start, stop - start).transpose(-1, -2).contiguous()",
     # entries start::step of an axis (GPT-OSS's interleaved gate / up), then maybe the last two axes swapped
     "every": "lambda xs, dim, start, step, swapped: (lambda y: y.transpose(-1, -2) if swapped else y)("
     "xs[0][(slice(None),) * dim + (slice(start, None, step),)]).contiguous()",

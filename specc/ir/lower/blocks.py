@@ -59,6 +59,7 @@ def _attention(c: Context, p: str, x: str, layer: int, mask: str, memory: str | 
         **_alibi(s, memory is None),
         sinks=bool(s.attention.sinks) and memory is None,
         position_bias=s.position.type == "relative" and memory is None,
+        **_temperature(s, memory is None),
     )
     sc = s.position.scaling if rope else None
     if sc is not None and sc.rebuild_cache:  # generation recomputes the cache once past the original context
@@ -129,12 +130,20 @@ def _alibi(s: Any, self_attention: bool) -> dict[str, Any]:
     }
 
 
+def _temperature(s: Any, self_attention: bool) -> dict[str, Any]:
+    """Llama 4's temperature tuning of q (a rule keeps it to decoder layers without RoPE)."""
+    t = s.attention.temperature
+    if t is None or not self_attention:
+        return {}
+    return {"temperature_floor": t.floor, "temperature_scale": float(t.scale)}
+
+
 def _qk_norm(c: Context, name: str, x: str, start: int, width: int, layer: int) -> str:
     """QK-norm of the q (or k) features [start, start + width) of a packed projection; x itself without one."""
     s = c.spec
     if s.attention.qk_norm == "none":
         return x
-    group = resolve.head_dim(s) if s.attention.qk_norm == "head" else width
+    group = resolve.head_dim(s) if s.attention.qk_norm in ("head", "l2") else width
     return c.g.add(
         "slice_rmsnorm",
         name,
@@ -146,7 +155,7 @@ def _qk_norm(c: Context, name: str, x: str, start: int, width: int, layer: int) 
         start=start,
         width=width,
         eps=s.norm.eps,
-        unit_offset=s.norm.unit_offset,
+        **({"affine": False} if s.attention.qk_norm == "l2" else {"unit_offset": s.norm.unit_offset}),
     )
 
 
@@ -196,6 +205,7 @@ def _mlp(c: Context, p: str, x: str, layer: int) -> str:
             top_groups=m.router.top_groups if m.router.top_groups is not None else m.router.groups,
             group_score=m.router.group_score,
             routed_scale=float(m.router.scale),
+            weigh_input=m.router.weighs == "input",
             **({} if m.clamp is None else {"clamp_limit": float(m.clamp.limit), "clamp_alpha": float(m.clamp.alpha)}),
         )
         return routed if m.shared is None else _shared_expert(c, p, x, routed, layer)

@@ -171,10 +171,10 @@ _emits(
 _emits(
     "slice_rmsnorm",
     call=_module_call,
-    structural=("unit_offset",),
+    structural=("unit_offset", "affine"),
     ctor=lambda op, a: (
         f"SliceRMSNorm({a('dim')}, {a('start')}, {a('width')}, eps={a('eps')}"
-        f"{', unit_offset=True' if op.attrs.unit_offset else ''})"
+        f"{', unit_offset=True' if op.attrs.unit_offset else ''}{'' if op.attrs.affine else ', affine=False'})"
     ),
 )
 _emits("activation", call=_module_call, ctor=lambda op, a: ACTIVATION_MODULES[op.attrs.fn], structural=("fn",))
@@ -274,6 +274,7 @@ _emits(
         bool(op.attrs.softcap),
         op.attrs.alibi_max_bias is not None,
         op.attrs.sinks,
+        op.attrs.temperature_floor is not None,
     ),
     state=lambda op: not op.attrs.cross,
 )
@@ -281,6 +282,8 @@ _emits(
 
 def _rotary(op: Op, a: Attr) -> str:
     """``, rope=Rotary(...)`` for a core that rotates (ScaledRotary with frequency scaling), else ""."""
+    if getattr(op.attrs, "temperature_floor", None) is not None:  # in RoPE's place (a rule keeps them apart)
+        return f", rope=Temperature({a('temperature_floor')}, {a('temperature_scale')})"
     if not op.attrs.rope_dims:
         return ""
     extra = _kwargs(a, op, ROTARY_KWARGS).replace(", rope_scaling=", ", scaling=")
@@ -319,6 +322,7 @@ MOE_KWARGS = (
     "jitter",
     *("score", "score_bias", "groups", "top_groups", "group_score", "routed_scale"),  # DeepSeek routing
     *("clamp_limit", "clamp_alpha"),  # GPT-OSS's clamped SwiGLU
+    "weigh_input",  # Llama 4: the gate scales the expert's input
 )  # defaults: MoEAttrs
 
 

@@ -39,7 +39,7 @@ from .moe import MoE
 from .norms import OffsetRMSNorm, SliceRMSNorm
 from .relative import BiasedAttention, RelativeBias, relative_buckets
 from .rnn import RNNDecoder, rnn_states
-from .rope import Rotary, ScaledRotary
+from .rope import Rotary, ScaledRotary, Temperature
 from .state import KVCache, State, last_positions, reuse
 
 # Files in dependency order: model.py inlines the definitions it uses in this order (never ``extras``).
@@ -90,6 +90,7 @@ __all__ = [
     "SinusoidalPositions2d",
     "SliceRMSNorm",
     "SoftcapAttention",
+    "Temperature",
     "WindowedAttention",
     "SpeccModel",
     "State",

@@ -53,6 +53,7 @@ class MoE(nn.Module):
         routed_scale: float = 1.0,
         clamp_limit: float | None = None,
         clamp_alpha: float = 1.702,
+        weigh_input: bool = False,
     ):
         super().__init__()
         self.experts, self.active, self.dim, self.hidden = experts, active, dim, hidden
@@ -73,6 +74,7 @@ class MoE(nn.Module):
         self.score, self.groups, self.top_groups = score, groups, top_groups
         self.group_score, self.routed_scale = group_score, routed_scale
         self.clamp_limit, self.clamp_alpha = clamp_limit, clamp_alpha
+        self.weigh_input = weigh_input  # Llama 4: expert(gate · x) instead of gate · expert(x)
         if score_bias:  # chooses experts only (no gradient reaches it through top-k indices)
             self.score_bias = nn.Parameter(torch.empty(e))
         else:
@@ -132,7 +134,11 @@ class MoE(nn.Module):
         if _traced() or x.is_meta:  # every expert on every token, keep the chosen: static shapes
             combine = torch.zeros(tokens.shape[0], self.experts, dtype=x.dtype, device=x.device)
             combine = combine.scatter(1, chosen, weights)
-            out = sum(combine[:, e, None] * self.expert(e, tokens) for e in range(self.experts))
+            if self.weigh_input:  # an expert not chosen adds nothing, even with biases
+                hit = torch.zeros_like(combine).scatter(1, chosen, 1.0)
+                out = sum(hit[:, e, None] * self.expert(e, combine[:, e, None] * tokens) for e in range(self.experts))
+            else:
+                out = sum(combine[:, e, None] * self.expert(e, tokens) for e in range(self.experts))
             return out.reshape(x.shape)
         # Dispatch: sort the T·A (token, expert) assignments by expert, run each expert once on its tokens.
         flat = chosen.reshape(-1)
@@ -140,13 +146,17 @@ class MoE(nn.Module):
         token_of = order // self.active
         counts = torch.bincount(flat, minlength=self.experts).tolist()  # the one host sync per layer
         routed_tokens = tokens[token_of]
+        gate = weights.reshape(-1)[order, None]
+        if self.weigh_input:
+            routed_tokens = routed_tokens * gate
         out_sorted = torch.empty_like(routed_tokens)
         start = 0
         for e, count in enumerate(counts):
             if count:
                 out_sorted[start : start + count] = self.expert(e, routed_tokens[start : start + count])
                 start += count
-        out_sorted = out_sorted * weights.reshape(-1)[order, None]
+        if not self.weigh_input:
+            out_sorted = out_sorted * gate
         return torch.zeros_like(tokens).index_add_(0, token_of, out_sorted).reshape(x.shape)
 
     def extra_repr(self) -> str:

@@ -159,6 +159,24 @@ class Rotary(nn.Module):
         return f"dims={self.dims}, theta={self.theta:g}{extra}{', interleaved=True' if self.interleaved else ''}"
 
 
+class Temperature(nn.Module):
+    """Llama 4's attention temperature tuning, in RoPE's place in a layer without it: q × (1 + scale ·
+    log(1 + floor((p + 1) / floor))) at index p (the cache counted, as transformers numbers it), k unchanged."""
+
+    def __init__(self, floor: int, scale: float = 0.1):
+        super().__init__()
+        self.floor, self.scale = floor, scale
+
+    def forward(self, q: Tensor, k: Tensor, state: State | None) -> tuple[Tensor, Tensor]:
+        offset = state.offset if state is not None else 0
+        p = torch.arange(offset, offset + q.shape[2], device=q.device).float()
+        factor = torch.log1p(torch.floor((p + 1.0) / self.floor)) * self.scale + 1.0  # [N], fp32
+        return (q * factor[:, None]).to(q.dtype), k
+
+    def extra_repr(self) -> str:
+        return f"floor={self.floor}, scale={self.scale:g}"
+
+
 class ScaledRotary(Rotary):
     """Rotary with frequency ``scaling`` (linear | dynamic | llama3 | yarn | longrope) and the cos/sin scale
     yarn and longrope apply."""
