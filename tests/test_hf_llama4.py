@@ -84,3 +84,24 @@ def test_import_hf_writes_the_text_spec(cli, tmp_path: Path) -> None:
     assert code == 0, err
     spec = specc.load_spec(str(tmp_path / "spec.yaml"))
     assert spec.blocks == TEXT["num_hidden_layers"] and spec.mlp.router.weighs == "input"
+
+
+ROUND_TRIPPED = {"Llama4ForConditionalGeneration"}  # export-hf writes its text model (test_export_hf's check)
+
+
+def test_export_hf_writes_the_text_model_of_the_multimodal_checkpoint(tmp_path: Path) -> None:
+    """The imported text model exports as Llama4ForCausalLM, which transformers loads with the conditional
+    model's text logits."""
+    from specc.interop.hf_export import export_hf
+
+    hf, _ = _multimodal(tmp_path / "mm")
+    spec = import_hf(tmp_path / "mm").spec
+    model = specc.build_torch(spec, weights=str(tmp_path / "mm" / "model.safetensors"))
+    state = model.state_dict()
+    done = export_hf(spec, {k: state[k] for k in model.graph.params()}, tmp_path / "out")
+    assert done.architecture == "Llama4ForCausalLM"
+    back = transformers.Llama4ForCausalLM.from_pretrained(done.folder).eval()
+    ids = torch.randint(3, 95, (2, 11), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want, got = hf.language_model(input_ids=ids).logits, back(input_ids=ids).logits
+    assert float((got - want).abs().max()) <= 1e-4 * float(want.abs().max())
