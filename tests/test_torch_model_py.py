@@ -35,6 +35,20 @@ EXTRA = {  # kinds CASES does not hold: scaled RoPE, soft-capped and per-layer s
     "clip_dual": ("clip-vit-large-patch14-dual", [*DUAL, "text.vocab_size=64"]),
     "siglip_dual": ("siglip-so400m-dual", [*DUAL, "text.projection.dim=32"]),
     "mistral_sinks_gqa": ("mistral-7b", [*GQA, "attention.window=4", "attention.sinks=true"]),
+    "llama4_nope_moe": (  # weightless QK-norm, chunks of 4, temperature tuning, input-weighted top-1 sigmoid experts
+        "llama4-scout",
+        [
+            *GQA,
+            "blocks=4",
+            "mlp.hidden=16",
+            "mlp.shared.hidden=16",
+            "mlp.experts=4",
+            "layer_kinds.rope.attention.chunk=4",
+            "layer_kinds.nope.attention.temperature.floor=2",
+            "position.scaling.original_max_positions=8",
+            "layer_pattern=[rope, nope]",
+        ],
+    ),
     "deepseek_mla_moe": (
         "deepseek-v3",
         [

@@ -228,6 +228,7 @@ def test_every_table_op_is_its_tensor_ops_twin() -> None:
         "regroup": ([x], (2, (2, 1, 1)), lambda a: ops.regroup(a[0], 2, (2, 1, 1))),
         "swap": ([x], (), lambda a: ops.swap(a[0])),
         "every": ([x], (1, 1, 2, True), lambda a: ops.swap(ops.every(a[0], 1, 1, 2))),
+        "narrow_swap": ([x], (1, 2, 5), lambda a: ops.swap(ops.narrow(a[0], 1, 2, 5))),
     }
     assert set(twins) == set(HOW)
     for name, (xs, args, twin) in twins.items():
@@ -255,20 +256,21 @@ def test_regroup_is_the_per_group_qkv_order(heads: int, kv: int) -> None:
     assert torch.equal(regroup(hf_rows, *per_group(heads, kv)), rows)
 
 
-@pytest.mark.parametrize("case_id", ["gptoss-sinks", "bloom-alibi", "mpt-alibi"])
+@pytest.mark.parametrize("case_id", ["gptoss-sinks", "bloom-alibi", "mpt-alibi", "llama4-chunked"])
 def test_model_py_loads_alibi_and_gpt_oss_checkpoints(tmp_path: Path, case_id: str) -> None:
     """BLOOM / MPT (ALiBi) and GPT-OSS (sinks; experts fused [E, in, out] with gate and up interleaved: the
-    ``every`` and ``swap`` table ops) load their save_pretrained checkpoints and give HF's logits; the layers
-    model.py carries are those the model uses."""
+    ``every`` and ``swap`` table ops) and Llama 4 (its experts' gate and up in halves: ``narrow_swap``) load their
+    save_pretrained checkpoints and give HF's logits; the layers model.py carries are those the model uses."""
     hf, folder = save(FAMILY_BY_ID[case_id], tmp_path)
     model_py = _model_py(import_hf(folder).spec, tmp_path / "model.py")
     text = (tmp_path / "model.py").read_text()
-    gpt_oss = case_id.startswith("gptoss")
+    gpt_oss, llama4 = case_id.startswith("gptoss"), case_id.startswith("llama4")
     assert ('"every"' in text, "class SinkAttention" in text, "class AlibiAttention" in text) == (
         gpt_oss,
         gpt_oss,
-        not gpt_oss,
+        not gpt_oss and not llama4,
     )
+    assert ('"narrow_swap"' in text, "class Temperature" in text) == (llama4, llama4)
     model = model_py.build(weights=str(folder / "model.safetensors"))
     ids = torch.randint(3, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
