@@ -106,9 +106,10 @@ def test_greedy_generation_matches_hf_generate(family, case: Case, tmp_path: Pat
     assert greedy(OrtModel.open(path, provider="cpu", threads=2), feeds, n).tolist() == want.tolist()
 
 
-@pytest.mark.parametrize("case_id", ["gptoss-sinks", "bloom-alibi"])
+@pytest.mark.parametrize("case_id", ["gptoss-sinks", "bloom-alibi", "llama4-chunked"])
 def test_onnx_contrib_attention_matches_hf(family, case_id: str, tmp_path: Path) -> None:
-    """--attention contrib: GPT-OSS's sinks as GroupQueryAttention's head_sink, ALiBi as its attention_bias."""
+    """--attention contrib: GPT-OSS's sinks as GroupQueryAttention's head_sink, ALiBi as its attention_bias,
+    Llama 4's temperature tuning as a pre-op on q (GroupQueryAttention then takes q, k and v apart)."""
     s = family(case_id)
     path = specc.export_onnx(s.spec, tmp_path / "model.onnx", weights=s.weights, attention="contrib")
     import onnx
@@ -124,3 +125,13 @@ def test_onnx_contrib_attention_matches_hf(family, case_id: str, tmp_path: Path)
     feeds = {i.name: x[i.name].numpy() for i in sess.get_inputs()}
     got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
     assert_close_to_hf(s, x, got)
+
+
+def test_llama4_dense_moe_onnx_matches_hf(family, tmp_path: Path) -> None:
+    """--moe dense: every expert on every token, Llama 4's gates on their inputs and the chosen experts kept."""
+    s = family("llama4-chunked")
+    path = specc.export_onnx(s.spec, tmp_path / "model.onnx", weights=s.weights, moe="dense")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = _inputs(s)
+    feeds = {i.name: x[i.name].numpy() for i in sess.get_inputs()}
+    assert_close_to_hf(s, x, dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True)))
