@@ -23,6 +23,9 @@ ROUTING = {  # routing kinds: top-2 softmax renormalised (+ aux loss); a Qwen2-M
     "shared": [*TINY, "mlp.active=1", "mlp.router.normalize=false", "mlp.shared.hidden=16", "mlp.shared.gate=sigmoid"],
     "sigmoid": [*TINY, "mlp.router.score=sigmoid", "mlp.router.score_bias=true", "mlp.router.groups=2",
                 "mlp.router.top_groups=1", "mlp.router.scale=2.5", "mlp.router.aux_loss_coef=0"],
+    # Llama 4: top-1 sigmoid gates on the experts' inputs, an ungated shared expert
+    "llama4": [*TINY, "mlp.active=1", "mlp.router.score=sigmoid", "mlp.router.normalize=false",
+               "mlp.router.weighs=input", "mlp.shared.hidden=16", "mlp.router.aux_loss_coef=0"],
 }  # fmt: skip
 
 

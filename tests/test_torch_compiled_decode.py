@@ -19,6 +19,7 @@ from test_torch_cases import model_of
 
 from specc.backends.torch import GenerationError, build_torch
 from specc.interop import import_hf
+from specc.spec.loader import load_spec
 
 NEW = 12
 
@@ -127,3 +128,13 @@ def test_compiled_decoding_refuses_what_it_cannot_serve() -> None:
         gpt2.generate(torch.ones(1, 3, dtype=torch.long), 2, compile=True, use_cache=False)
     with pytest.raises(GenerationError, match="decoder-only attention models"):
         model_of("gru_bahdanau").generate(torch.ones(1, 3, dtype=torch.long), 2, compile=True)
+
+
+def test_compiled_decoding_refuses_temperature_tuning() -> None:
+    """Llama 4's NoPE layers scale q by the step's index, which the compiled step does not carry: refused."""
+    sets = ["blocks=2", "d_model=32", "attention.heads=4", "attention.kv_heads=2", "vocab_size=64", "context=32"]
+    sets += ["mlp.hidden=16", "mlp.shared.hidden=16", "mlp.experts=2", "layer_pattern=[rope, nope]", "dtype=fp32"]
+    sets += ["layer_kinds.rope.attention.chunk=4", "position.scaling.original_max_positions=8"]
+    model = build_torch(load_spec("llama4-scout", sets))
+    with pytest.raises(GenerationError, match="attention temperature tuning"):
+        model.generate(torch.ones(1, 3, dtype=torch.long), 2, compile=True)

@@ -143,8 +143,11 @@ class _ScaleGrad(torch.autograd.Function):
         return grad * ctx.scale, None
 
 
-def dispatch_combine(tokens: Tensor, chosen: Tensor, weights: Tensor, experts: int, group: Any, run: Any) -> Tensor:
-    """Σ_a weights[t, a] · expert_{chosen[t, a]}(tokens[t]) with the experts sharded over ``group``'s ranks
+def dispatch_combine(
+    tokens: Tensor, chosen: Tensor, weights: Tensor, experts: int, group: Any, run: Any, weigh_input: bool = False
+) -> Tensor:
+    """Σ_a weights[t, a] · expert_{chosen[t, a]}(tokens[t]) (``weigh_input``, Llama 4's: Σ_a expert(weights[t, a] ·
+    tokens[t])) with the experts sharded over ``group``'s ranks
     (rank d holds experts [d·E/n, (d+1)·E/n)): each (token, expert) row goes to its expert's rank by
     all-to-all, ``run(rows, sizes)`` applies the local experts to rows grouped by local expert, and the
     results come back by the reverse all-to-all. ``chosen``/``weights``: [T, A] from any router."""
@@ -154,6 +157,9 @@ def dispatch_combine(tokens: Tensor, chosen: Tensor, weights: Tensor, experts: i
     order = flat.argsort(stable=True)  # rows by expert, so by destination rank
     token_of = order // chosen.shape[1]
     rows = tokens[token_of]
+    gate = weights.reshape(-1)[order, None]
+    if weigh_input:
+        rows = rows * gate
     counts = torch.bincount(flat, minlength=experts)
     received_counts = torch.empty_like(counts)
     dist.all_to_all_single(received_counts, counts, group=group)  # [source rank, local expert]
@@ -165,7 +171,7 @@ def dispatch_combine(tokens: Tensor, chosen: Tensor, weights: Tensor, experts: i
     done = run(arrived[regroup], received_counts.view(n, per).sum(0).tolist())
     done = done[torch.argsort(regroup)]  # back in arrival order
     returned = _all_to_all(done, send, recv, group)
-    out = returned * weights.reshape(-1)[order, None]
+    out = returned if weigh_input else returned * gate
     return torch.zeros_like(tokens).index_add_(0, token_of, out)
 
 
@@ -201,7 +207,9 @@ class ExpertParallelMoE(MoE):
                 local[name] = _ScaleGrad.apply(param.to_local(), 1.0 / n) if name in self.ep_names else param.to_local()
         self.__dict__.update(local)  # instance attributes shadow the parameters for expert() and select()
         try:
-            out = dispatch_combine(tokens, chosen, weights.to(x.dtype), self.experts, group, self._run)
+            out = dispatch_combine(
+                tokens, chosen, weights.to(x.dtype), self.experts, group, self._run, self.weigh_input
+            )
         finally:
             for name in local:
                 self.__dict__.pop(name, None)

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from .... import cache
 from ..layers.attention import AlibiAttention, LatentAttention, SelfAttention
 from ..layers.generation import GenerationError
+from ..layers.rope import Temperature
 from ..layers.state import KVCache, State
 
 # Inductor options on the CPU: its defaults, by measurement (GPT-2 small, fp32, greedy 32 + 128 tokens, 2-core
@@ -113,6 +114,10 @@ class CompiledDecoder:
             raise GenerationError("compiled decoding does not take ALiBi attention; decode without compile")
         if any(isinstance(m, LatentAttention) for m in model.modules()):  # its cache is the latent, not K/V slots
             raise GenerationError("compiled decoding does not take latent attention (MLA); decode without compile")
+        if any(isinstance(m.rope, Temperature) for m in self.cores):  # it scales q by the step's index
+            raise GenerationError(
+                "compiled decoding does not take attention temperature tuning (Llama 4); decode without compile"
+            )
         self.follow = model.META.get("positions_follow")
         self.kv: dict[nn.Module, tuple[Tensor, Tensor]] = {}
         self.max_len = 0  # of the buffers

@@ -182,6 +182,8 @@ class Program:
             raise Unsupported(f"{op.name}: {'cross-attention' if a.cross else f'mask {mask}'}")
         if a.alibi_max_bias is not None or a.sinks:
             raise Unsupported(f"{op.name}: {'ALiBi' if a.sinks is False else 'attention sinks'}")
+        if a.temperature_floor is not None:  # q scaled by its position's factor: the eager step does it
+            raise Unsupported(f"{op.name}: attention temperature tuning")
         if rope_dims and (by_length(a.rope_scaling) or rope_dims % 2):
             raise Unsupported(f"{op.name}: RoPE scaling {a.rope_scaling} follows the length")
         if head_dim > MAX_HEAD_DIM or heads % kv_heads:
