@@ -121,7 +121,7 @@ def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> No
 
 # Line budgets reached so far (issue 25 asks GPT-2 ≤ 250 and a Llama without RoPE scaling ≤ 300): a change that
 # lets model.py grow fails here; one that shrinks it lowers the number.
-BUDGETS = {"gpt2": 366, "llama2-7b": 387}
+BUDGETS = {"gpt2": 346, "llama2-7b": 364}
 
 
 @pytest.mark.parametrize("preset", sorted(BUDGETS))
@@ -198,7 +198,8 @@ def helper():
     out = specialise(source, {"self.kind": ["a"], "self.size": [None]}, keep={"helper"})
     assert "self.kind" not in out and '"b"' not in out and "unused" not in out and "size" not in out
     assert "y = 3" not in out and "return x * 3" in out  # a local the facts decide reads as its value
-    undecided = specialise(source, {"self.kind": ["a", "b"]}, keep={"helper"})
+    passed = source.replace("def helper():\n    return A()", "def helper(kind, size):\n    return A(kind, size)")
+    undecided = specialise(passed, {"self.kind": ["a", "b"]}, keep={"helper"})  # kind and size: the caller's
     assert 'if self.kind == "b"' in undecided and '"c"' not in undecided
     assert "self.size is None" in undecided
 
@@ -292,3 +293,93 @@ def test_a_docstring_cut_to_one_line_ends_its_clause() -> None:
         assert len(line) <= 110 and line.endswith(".") and line.count("`") % 2 == 0, line
         assert line.count("(") + line.count("[") == line.count(")") + line.count("]"), line
         assert line[:-1].rsplit(" ", 1)[-1].lower() not in DANGLING, line
+
+
+def test_a_default_no_call_passes_and_an_attribute_set_once_to_a_literal_are_read_as_their_values() -> None:
+    source = """
+from functools import partial
+
+
+class Core:
+    def __init__(self, heads, scale=None, dropout=0.0):
+        self.heads, self.scale, self.dropout = heads, scale or 1.0 / heads, dropout
+
+    def f(self, x):
+        return x * self.scale + (self.dropout if self.training else 0.0)
+
+
+def pick(x, top_k=0):
+    return x if not top_k else x[:top_k]
+
+
+def helper():
+    return Core(4).f(2), partial(pick, top_k=3)
+"""
+    out = specialise(source, {}, keep={"helper"})
+    assert "def __init__(self, heads):" in out and "self.scale = 1.0 / heads" in out
+    assert "dropout" not in out and "return x * self.scale + 0.0" in out  # the same either way: 0.0
+    assert "def pick(x, top_k=0):" in out  # named as a value (partial): its callers are not all in sight
+
+
+def test_inline_merges_a_base_into_its_only_subclass_and_writes_a_one_expression_method_at_its_call() -> None:
+    from specc.backends.torch.codegen.inline import inline
+
+    source = """
+from torch import nn
+
+
+class Core(nn.Module):
+    \"\"\"The base.\"\"\"
+
+    KIND = "core"
+
+    def __init__(self, heads, kv=1):
+        super().__init__()
+        self.heads, self.kv = heads, kv
+
+    def allows(self, k, q):
+        return k <= q
+
+    def mask(self, k, q):
+        return self.allows(k, q).float()
+
+    def hook(self, *_):
+        return self.heads, self.KIND
+
+
+class Self(Core):
+    \"\"\"The one subclass.\"\"\"
+
+    KIND = "self"
+
+    def __init__(self, heads, rope=None):
+        super().__init__(heads)
+        self.rope = rope
+        self.register_forward_hook(Core.hook)
+
+    def forward(self, x):
+        return self.mask(x, x) if self.rope is None else self.rope(x)
+
+
+def twice(x):
+    return x + 1
+
+
+def helper(rope):
+    return Self(twice(1) + twice(2), rope)
+"""
+    out = inline(source, keep={"helper"})
+    compile(out, "<inline>", "exec")
+    assert "class Core" not in out and "class Self(nn.Module):" in out and '"""The one subclass."""' in out
+    assert 'KIND = "self"' in out and 'KIND = "core"' not in out  # the subclass's value wins
+    assert "def __init__(self, heads, rope=None):" in out and "super().__init__()\n" in out  # kv: 1, unread
+    assert "self.register_forward_hook(Self.hook)" in out
+    assert "return (x <= x).float() if" in out and "allows" not in out and "mask" not in out  # one call each
+    assert "def twice(x):" in out  # two calls stay a function
+    namespace: dict = {}
+    exec(out, namespace)
+    import torch
+
+    model = namespace["helper"](None)
+    assert model.heads == 5 and model.hook() == (5, "self")
+    assert torch.equal(model.forward(torch.tensor(2.0)), torch.tensor(1.0))  # (the hook replaces __call__'s)

@@ -22,14 +22,16 @@ from ...version import __version__
 from .build import as_graph
 from .checkpoint import _spec_model, compile_checkpoint
 from .codegen import model_source
-from .codegen.facts import model_facts
+from .codegen.facts import STEP_INPUTS, model_facts
+from .codegen.inline import inline
 from .codegen.sizes import model_sizes
 from .codegen.specialise import specialise
 from .layers import FILES
 from .standalone_names import names_source
 
 LAYERS = Path(__file__).parent / "layers"
-KEEP = {"build", "generate", "step", "start", "init_weights"}  # what model.py offers though nothing in it calls it
+KEEP = {"build", "init_weights"}  # what model.py offers though nothing in it calls it
+GENERATING = {"generate", "step", "start"}  # ... and where the model generates (a decoder, an encoder-decoder)
 
 
 def _definitions() -> tuple[dict[str, tuple[str, str, set[str]]], dict[str, list[str]]]:
@@ -214,7 +216,9 @@ def build(weights: str | None = WEIGHTS, device: str | None = None, dtype: str |
     facts = model_facts(graph)
     if graph.meta["task"] == "causal_lm" and "state = state or State(" in src.body:  # the root's State reaches all
         facts.update({"state is not None": [True], "state is None": [False]})
-    used = specialise(library + "\n\n\n" + config_class + src.body + tail, facts, keep=KEEP)
+    keep = KEEP | (GENERATING if graph.meta["task"] in STEP_INPUTS else set())
+    used = specialise(library + "\n\n\n" + config_class + src.body + tail, facts, keep=keep)
+    used = inline(used, keep)  # the seams of the library that serve one use here
     imports = [i for i in [*imports, *base] if any(re.search(rf"\b{n}\b", used) for n in _bound_names(i))]
     imports = _merged_imports(imports)
     text = header + "\n".join(imports) + "\n\n\n" + used

@@ -51,14 +51,15 @@ def specialise(source: str, facts: Facts, keep: set[str] = frozenset()) -> str: 
     lines = source.split("\n")
     out, done = [], 0
     for stmt in ast.parse(source).body:  # folding needs no other definition: one at a time, small and fast
-        first, last = _first_line(stmt), stmt.end_lineno  # type: ignore[attr-defined]
-        out += [*lines[done : first - 1], _fixpoint("\n".join(lines[first - 1 : last]), lambda s: _Folder(s, facts))]
+        first, last = first_line(stmt), stmt.end_lineno  # type: ignore[attr-defined]
+        out += [*lines[done : first - 1], fixpoint("\n".join(lines[first - 1 : last]), lambda s: _Folder(s, facts))]
         done = last
     source = "\n".join([*out, *lines[done:]])
-    return _fixpoint(source, lambda s: _Pruner(s, keep))
+    pruned = fixpoint(source, lambda s: _Pruner(s, keep))
+    return pruned if pruned == source else specialise(pruned, facts, keep)  # a default read in: fold again
 
 
-def _fixpoint(source: str, editor: Any) -> str:
+def fixpoint(source: str, editor: Any) -> str:
     for _ in range(2000):  # one edit per round: positions are read anew after each
         edit = editor(source).first()
         if edit is None:
@@ -70,7 +71,7 @@ def _fixpoint(source: str, editor: Any) -> str:
 # ---------------------------------------------------------------------------------------------- text edits
 
 
-class _Text:
+class SourceText:
     def __init__(self, source: str):
         self.source = source
         self.lines = source.split("\n")
@@ -104,24 +105,24 @@ class _Text:
 
     def block(self, body: list[ast.stmt], indent: int) -> list[str]:
         """The lines of statements ``body`` re-indented to ``indent`` columns (comments inside come along)."""
-        first, last = _first_line(body[0]), body[-1].end_lineno  # type: ignore[attr-defined]
+        first, last = first_line(body[0]), body[-1].end_lineno  # type: ignore[attr-defined]
         lines = self.lines[first - 1 : last]
         shift = body[0].col_offset - indent
         return [ln[shift:] if ln[:shift].strip() == "" else ln for ln in lines]
 
 
-def _first_line(node: ast.stmt) -> int:
+def first_line(node: ast.stmt) -> int:
     decorators = getattr(node, "decorator_list", [])
     return min([node.lineno, *(d.lineno - 1 for d in decorators)])  # decorators sit above ``def``
 
 
-def _is_elif(t: _Text, node: ast.If) -> bool:
+def _is_elif(t: SourceText, node: ast.If) -> bool:
     return t.lines[node.lineno - 1].lstrip().startswith("elif")
 
 
-def _else_line(t: _Text, node: ast.If) -> int:
+def _else_line(t: SourceText, node: ast.If) -> int:
     """The line of ``else:`` before node's orelse."""
-    line = _first_line(node.orelse[0]) - 1
+    line = first_line(node.orelse[0]) - 1
     while not t.lines[line - 1].lstrip().startswith("else"):
         line -= 1
     return line
@@ -130,7 +131,7 @@ def _else_line(t: _Text, node: ast.If) -> int:
 # ---------------------------------------------------------------------------------------------- folding
 
 
-class _Folder(_Text):
+class _Folder(SourceText):
     """Finds the first construct whose outcome the facts decide and returns the source with it folded."""
 
     def __init__(self, source: str, facts: Facts):
@@ -330,6 +331,8 @@ class _Folder(_Text):
                 return self.replace(node, repr(values[0]))
         if isinstance(node, ast.IfExp):
             truth = self.truth(node.test)
+            if truth is None and ast.dump(node.body) == ast.dump(node.orelse) and _plain(node.test):
+                truth = True  # `0.0 if self.training else 0.0`: either way the same
             if truth is not None:
                 chosen = node.body if truth else node.orelse
                 text = self.segment(chosen)
@@ -367,12 +370,13 @@ def _compare(op: ast.cmpop, a: Any, b: Any) -> Any:
 # ---------------------------------------------------------------------------------------------- pruning
 
 
-class _Pruner(_Text):
+class _Pruner(SourceText):
     """Finds the first definition, attribute, parameter or local left unused and returns the source without it."""
 
     def __init__(self, source: str, keep: set[str]):
         super().__init__(source)
         self.keep = keep
+        self._uncalled: set[str] | None = None  # names read other than as a callee (_referenced)
         self.loaded: set[str] = set()  # attributes read anywhere, by name or by getattr / hasattr
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
@@ -381,7 +385,33 @@ class _Pruner(_Text):
                 self.loaded |= {a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
 
     def first(self) -> str | None:
-        return self._toplevel() or self._classes() or self._functions()
+        return self._toplevel() or self._classes() or self._functions() or self._constant_attribute()
+
+    def _constant_attribute(self) -> str | None:
+        """An attribute set once in the whole source, ``self.x = <literal>``, and never elsewhere (nor by name,
+        nor by nn.Module): its first read becomes the literal (folding then cuts what it decides)."""
+        stores: dict[str, list[tuple[ast.Attribute, ast.expr | None]]] = {}
+        for node in ast.walk(self.tree):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for t in targets if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) else []:
+                pairs = _pairs(t, getattr(node, "value", None), isinstance(node, ast.AugAssign))
+                for target, value in pairs:
+                    if isinstance(target, ast.Attribute):
+                        stores.setdefault(target.attr, []).append((target, value))
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Del):
+                stores.setdefault(node.attr, []).append((node, None))
+        named = {n.value for n in ast.walk(self.tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        for cls in (n for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)):  # class attributes, methods
+            named |= {t.id for s in cls.body for t in _targets(s)} | {f.name for f in cls.body if hasattr(f, "name")}
+        for attr, [(target, value)] in ((a, v) for a, v in stores.items() if len(v) == 1):
+            literal = isinstance(value, ast.Constant) and isinstance(value.value, _LITERALS)
+            if not literal or attr in named or hasattr(_MODULE, attr) or ast.unparse(target.value) != "self":
+                continue
+            reads = [n for n in ast.walk(self.tree) if isinstance(n, ast.Attribute) and n.attr == attr]
+            reads = [n for n in reads if isinstance(n.ctx, ast.Load) and ast.unparse(n.value) == "self"]
+            if reads:
+                return self.replace(reads[0], repr(value.value))  # type: ignore[union-attr]
+        return None
 
     def _toplevel(self) -> str | None:
         reads = [Counter(_reads(stmt)) for stmt in self.tree.body]  # names and strings each statement reads
@@ -391,7 +421,7 @@ class _Pruner(_Text):
             if not names or names & self.keep:
                 continue
             if not any(total[n] > inside[n] for n in names):
-                return self.replace_lines(_first_line(stmt), stmt.end_lineno, [])  # type: ignore[arg-type]
+                return self.replace_lines(first_line(stmt), stmt.end_lineno, [])  # type: ignore[arg-type]
         return None
 
     def _classes(self) -> str | None:
@@ -504,7 +534,7 @@ class _Pruner(_Text):
 
     def _drop(self, stmt: ast.stmt, siblings: list[ast.stmt]) -> str:
         new = [" " * stmt.col_offset + "pass"] if len(siblings) == 1 else []
-        return self.replace_lines(_first_line(stmt), stmt.end_lineno, new)  # type: ignore[arg-type]
+        return self.replace_lines(first_line(stmt), stmt.end_lineno, new)  # type: ignore[arg-type]
 
     def _functions(self) -> str | None:
         calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
@@ -526,6 +556,8 @@ class _Pruner(_Text):
                 mine = owner.name if isinstance(owner, ast.ClassDef) else None
                 reaching = [c for c in calls if _may_call(c, fn, names, mine, self._class_of(c))]
                 out = self._unused_params(fn, reaching)
+                if out is None and fn.name not in self.keep and not self._referenced(fn, names):
+                    out = self._default_read(fn, reaching)
             if out is not None:
                 return out
         return None
@@ -542,6 +574,15 @@ class _Pruner(_Text):
         ``return name`` as ``return e`` where nothing else in ``fn`` names it."""
         read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         names = Counter(n.id for n in ast.walk(fn) if isinstance(n, ast.Name))
+        out = self._copies(fn)
+        if out is not None:
+            return out
+        for stmt in ast.walk(fn):  # a, b, probs = f(): a name the cuts left unread is unpacked into _
+            unpacked = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+            if isinstance(unpacked, ast.Tuple) and not isinstance(stmt.value, ast.Tuple):  # type: ignore[union-attr]
+                for t in unpacked.elts:
+                    if isinstance(t, ast.Name) and t.id != "_" and t.id not in read and names[t.id] == 1:
+                        return self.replace(t, "_")
         for body in (b for n in ast.walk(fn) if isinstance(b := getattr(n, "body", None), list)):
             for stmt, ret in pairwise(body):
                 if not (isinstance(stmt, ast.Assign) and isinstance(ret, ast.Return) and len(stmt.targets) == 1):
@@ -551,6 +592,10 @@ class _Pruner(_Text):
                 if one and isinstance(value, ast.Name) and value.id == target.id:  # type: ignore[union-attr]
                     line = f"{' ' * stmt.col_offset}return {self.segment(stmt.value)}"
                     return self.replace_lines(stmt.lineno, ret.end_lineno, [line])  # type: ignore[arg-type]
+                if one and value is not None and "#" not in self.lines[stmt.lineno - 1] + self.lines[ret.lineno - 1]:
+                    out = self._returned_once(stmt, ret, target.id)  # type: ignore[union-attr]
+                    if out is not None:
+                        return out
         for stmt in ast.walk(fn):
             if (
                 isinstance(stmt, ast.Assign)
@@ -567,6 +612,68 @@ class _Pruner(_Text):
                 if out is not None:
                     return out
         return None
+
+    def _copies(self, fn: ast.FunctionDef) -> str | None:
+        """A local bound once to a parameter ``fn`` never rebinds (``prompt = input_ids``) read as the parameter;
+        one bound once to ``{}`` and only spread or passed (``fixed = {}``, ``**fixed``) read as nothing / ``{}``."""
+        stores = Counter(n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load))
+        params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+        for stmt in ast.walk(fn):
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+                continue
+            name, value = stmt.targets[0].id, stmt.value
+            if stores[name] != 1 or name in params:
+                continue
+            loads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and n is not stmt.targets[0]]
+            if isinstance(value, ast.Name) and value.id in params and not stores[value.id] and loads:
+                return self.replace(loads[0], value.id)
+            if not (isinstance(value, ast.Dict) and not value.keys) or not loads:
+                continue
+            for load in loads:
+                parent = self.parents.get(load)
+                if isinstance(parent, ast.Dict) and any(
+                    k is None and v is load for k, v in zip(parent.keys, parent.values, strict=True)
+                ):
+                    return self._unspread(parent, load)
+                if not (isinstance(parent, ast.Call) and load in parent.args):
+                    break  # read otherwise: it stays a name
+            else:
+                return self.replace(loads[0], "{}")
+        return None
+
+    def _unspread(self, display: ast.Dict, load: ast.Name) -> str:
+        """The dict display without its ``**name`` entry."""
+        items = [
+            f"**{self.segment(v)}" if k is None else f"{self.segment(k)}: {self.segment(v)}"
+            for k, v in zip(display.keys, display.values, strict=True)
+            if v is not load
+        ]
+        return self.replace(display, "{" + ", ".join(items) + "}")
+
+    def _returned_once(self, stmt: ast.Assign, ret: ast.Return, name: str) -> str | None:
+        """``y = e`` then ``return y.f(..)`` as ``return e.f(..)``: ``y`` read once, first (the receiver of the
+        returned chain) or beside plain reads only, so nothing runs in another order; the line stays short."""
+        value = ret.value
+        if sum(_named(n, name) for n in ast.walk(value)) != 1:  # type: ignore[arg-type, arg-type]
+            return None
+        node: Any = value
+        while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):  # down the receiver chain
+            node = node.func if isinstance(node, ast.Call) else node.value
+        args = [*value.args, *(k.value for k in value.keywords)] if isinstance(value, ast.Call) else []
+        beside = isinstance(value, ast.Call) and _plain(value.func) and all(_plain(a) for a in args)
+        if not (_named(node, name) or beside):
+            return None
+
+        class Put(ast.NodeTransformer):
+            def visit_Name(self, n: ast.Name) -> Any:
+                return stmt.value if n.id == name else n
+
+        line = (
+            f"{' ' * ret.col_offset}return {ast.unparse(Put().visit(ast.parse(ast.unparse(value), mode='eval')).body)}"
+        )
+        if len(line) > 110 or ret.lineno != ret.end_lineno:
+            return None
+        return self.replace_lines(stmt.lineno, ret.end_lineno, [line])
 
     def _unused_params(self, fn: ast.FunctionDef, calls: list[ast.Call]) -> str | None:
         """A parameter with a default that the body does not read and no call that may reach ``fn`` passes."""
@@ -607,6 +714,44 @@ class _Pruner(_Text):
                 return self._signature(fn, new)
         return None
 
+    def _referenced(self, fn: ast.FunctionDef, constructors: set[str]) -> bool:
+        """Whether ``fn`` is named other than as the callee of a call: passed as a value (``partial(f, ..)``,
+        ``Model.tie_weights`` as a hook), read by name, or (an ``__init__``) its class used as a value."""
+        if self._uncalled is None:
+            self._uncalled = set()
+            for node in ast.walk(self.tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    self._uncalled.add(node.value)  # getattr(x, "name")
+                name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+                if name is None or not isinstance(getattr(node, "ctx", None), ast.Load):
+                    continue
+                parent = self.parents.get(node)
+                called = isinstance(parent, ast.Call) and parent.func is node
+                if not (called or isinstance(parent, ast.ClassDef) or _in_annotation(self, node)):
+                    self._uncalled.add(name)
+        return bool((constructors if fn.name == "__init__" else {fn.name}) & self._uncalled)
+
+    def _default_read(self, fn: ast.FunctionDef, calls: list[ast.Call]) -> str | None:
+        """A parameter with a literal default that no call reaching ``fn`` passes and ``fn`` never rebinds: its
+        first read becomes the literal (folding then decides what it decides; unread, the parameter goes)."""
+        keywords = {k.arg for c in calls for k in c.keywords}
+        if not calls or None in keywords or any(isinstance(a, ast.Starred) for c in calls for a in c.args):
+            return None
+        positional = [*fn.args.posonlyargs, *fn.args.args]
+        most = max(len(c.args) + 1 for c in calls)  # + 1: a method's self
+        first_default = len(positional) - len(fn.args.defaults)
+        nested = [n for n in ast.walk(fn) if n is not fn and isinstance(n, (ast.Lambda, ast.FunctionDef))]
+        scoped = {a.arg for n in nested for a in n.args.args}  # names a nested scope binds again
+        for i, a in enumerate(positional):
+            default = fn.args.defaults[i - first_default] if i >= first_default else None
+            if not isinstance(default, ast.Constant) or i < most or a.arg in keywords or a.arg in scoped:
+                continue
+            uses = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == a.arg]
+            if uses and all(isinstance(n.ctx, ast.Load) for n in uses):
+                first = min(uses, key=lambda n: (n.lineno, n.col_offset))
+                return self.replace(first, repr(default.value))
+        return None
+
     def _forwarded_default(
         self, fn: ast.FunctionDef, positional: list[ast.arg], most: int, keywords: set[str | None]
     ) -> str | None:
@@ -643,6 +788,34 @@ class _Pruner(_Text):
         returns = f" -> {self.segment(fn.returns)}" if fn.returns else ""
         line = f"{' ' * fn.col_offset}def {fn.name}({ast.unparse(args)}){returns}:"
         return self.replace_lines(fn.lineno, fn.body[0].lineno - 1, [line])
+
+
+_MODULE = nn.Module()  # the attributes torch sets on every module (training, ...) are not the source's
+
+
+def _pairs(target: Any, value: Any, augmented: bool) -> list[tuple[ast.expr, ast.expr | None]]:
+    """(target, the value it gets) of an assignment; None where it is not one expression per target."""
+    if isinstance(target, ast.Tuple):
+        values = value.elts if isinstance(value, ast.Tuple) and len(value.elts) == len(target.elts) else None
+        return [(t, None if values is None else values[i]) for i, t in enumerate(target.elts)]
+    return [(target, None if augmented else value)] if target is not None else []
+
+
+def _in_annotation(t: SourceText, node: ast.AST) -> bool:
+    """Whether ``node`` sits inside a parameter's or return annotation (``State | None``)."""
+    while node in t.parents:
+        parent = t.parents[node]
+        if isinstance(parent, ast.arg) and parent.annotation is node:
+            return True
+        if isinstance(parent, (ast.FunctionDef, ast.AnnAssign)) and node in (
+            getattr(parent, "returns", None),
+            getattr(parent, "annotation", None),
+        ):
+            return True
+        if isinstance(parent, ast.stmt):
+            return False
+        node = parent
+    return False
 
 
 def _may_call(
