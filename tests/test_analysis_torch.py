@@ -43,6 +43,8 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "t5_relative_bias": ("t5-base", [*SMALL, "attention.head_dim=8", "mlp.hidden=64", "position.buckets=8",
                          "position.max_distance=6"]),
     "flan_t5_gated": ("flan-t5-xl", [*SMALL, "attention.head_dim=8", "mlp.hidden=48", "position.per_layer=true"]),
+    "whisper_audio": ("whisper-large-v3", [*SMALL, "mlp.hidden=64", "audio.mel_bins=8", "audio.positions=16",
+                      "decoder_start_token=1", "dtype=fp32"]),
     "vit": ("vit-b16", ["blocks=2", "d_model=32", "attention.heads=4", "mlp.hidden=64", "image.size=32",
                         "image.patch=8", "classes=10"]),
     "gru_bahdanau": ("gru-bahdanau", RNN),
@@ -60,6 +62,7 @@ GENERATIVE = [
     "transformer_enc_dec",
     "t5_relative_bias",
     "flan_t5_gated",
+    "whisper_audio",
     "gru_bahdanau",
     "lstm_bahdanau",
 ]

@@ -134,8 +134,9 @@ def test_every_import_family_has_a_round_trip_case() -> None:
     from test_hf_llama4 import ROUND_TRIPPED as LLAMA4  # Llama 4's multimodal checkpoint: its text model
     from test_hf_t5_headless import ROUND_TRIPPED as T5_HEADLESS  # T5's encoder alone, T5Model
     from test_hf_zoo_positions import ROUND_TRIPPED  # RoBERTa and DistilBERT: round-tripped in their family tests
+    from test_hf_zoo_whisper import ROUND_TRIPPED as WHISPER  # Whisper: from input_features, in its own file
 
-    tested = {c.arch for c in _cases()} | ROUND_TRIPPED | DUAL | T5_HEADLESS | LLAMA4
+    tested = {c.arch for c in _cases()} | ROUND_TRIPPED | DUAL | T5_HEADLESS | LLAMA4 | WHISPER
     assert {a for f in FAMILIES for a in f.architectures} <= tested
 
 

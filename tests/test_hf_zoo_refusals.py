@@ -25,6 +25,9 @@ _T5 = dict(d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4, vocab_size=96
 _TOWER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96)
 _IMAGE = dict(_TOWER, image_size=32, patch_size=8)
 _SWIGLU = ("swiglu_alpha", "swiglu_limit")
+_WHISPER = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4)
+_WHISPER.update(vocab_size=96, num_mel_bins=16, max_source_positions=32, max_target_positions=32)
+_WHISPER.update(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=3)
 
 # class → (config class, tiny config, words the message must hold, the field whose line it must point at)
 ZOO: dict[str, tuple[str, dict[str, Any], str, str]] = {
@@ -91,22 +94,8 @@ ZOO: dict[str, tuple[str, dict[str, Any], str, str]] = {
     "CLIPVisionModel": ("CLIPVisionConfig", _IMAGE, "", ""),
     "CLIPVisionModelWithProjection": ("CLIPVisionConfig", _IMAGE, "", ""),
     "SiglipVisionModel": ("SiglipVisionConfig", _IMAGE, "", ""),
-    "WhisperForConditionalGeneration": (
-        "WhisperConfig",
-        dict(
-            d_model=64,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_attention_heads=4,
-            decoder_attention_heads=4,
-            vocab_size=96,
-            num_mel_bins=16,
-            max_source_positions=32,
-            max_target_positions=32,
-        ),
-        "audio front-end",
-        "num_mel_bins",
-    ),
+    "WhisperForConditionalGeneration": ("WhisperConfig", _WHISPER, "", ""),
+    "WhisperModel": ("WhisperConfig", _WHISPER, "", ""),
 }
 # the same classes with the feature switched off: the next missing feature is named
 VARIANTS: dict[str, tuple[str, dict[str, Any], str, str]] = {
@@ -177,8 +166,8 @@ def test_every_row_of_the_table_is_exercised_by_a_zoo_class() -> None:
 
 
 def test_the_command_prints_one_located_line_and_exits_2(cli, tmp_path: Path) -> None:
-    config_cls, fields, words, key = ZOO["WhisperForConditionalGeneration"]
-    path = _saved(tmp_path, "WhisperForConditionalGeneration", config_cls, fields)
+    config_cls, fields, words, key = ZOO["Llama4VisionModel"]
+    path = _saved(tmp_path, "Llama4VisionModel", config_cls, fields)
     code, _, err = cli("import-hf", path, "-o", tmp_path / "spec.yaml")
     assert code == 2 and "Traceback" not in err and not (tmp_path / "spec.yaml").exists()
     first = err.strip().splitlines()[0]

@@ -38,6 +38,7 @@ PUBLISHED = {
     "siglip-so400m-dual": 877_960_498,  # the whole SiglipModel: both towers, the text head, logit scale and bias
     "modernbert-base": 149_655_232,  # ModernBertForMaskedLM, its decoder tied to the embedding
     "llama4-scout": 107_769_861_120,  # the text model (Llama4ForCausalLM): transformers' count, below
+    "whisper-large-v3": 1_543_490_560,  # WhisperForConditionalGeneration, the sinusoid table counted as HF does
 }
 
 

@@ -32,6 +32,8 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "transformer_rope_rms_untied": ("transformer-base", [*SMALL, "position=rotary", "norm.type=rmsnorm",
                                                          "norm.placement=pre", "shared_embeddings=false",
                                                          "target_vocab_size=48", "tie_embeddings=false"]),
+    "whisper_audio": ("whisper-large-v3", [*SMALL, "mlp.hidden=64", "audio.mel_bins=8", "audio.positions=8",
+                                           "decoder_start_token=1", "dtype=fp32"]),
     "vit_cls": ("vit-b16", VIT),
     "vit_mean_learned_2d": ("vit-b16", [*VIT, "pooling=mean", "position=learned_2d"]),
     "vit_cls_sinusoidal_2d": ("vit-b16", [*VIT, "position=sinusoidal_2d"]),

@@ -788,6 +788,53 @@ def t5_encoder(s: Any, arch: str) -> dict[str, Any]:
     return {k: v for k, v in cfg.items() if k not in drop}
 
 
+def whisper(s: Any) -> dict[str, Any]:
+    """WhisperForConditionalGeneration (the inverse of ``hf_whisper.spec``): the audio front-end, pre-LayerNorm
+    blocks with a final norm per stack, biases everywhere but the key projections and the head, learned decoder
+    positions, one attention and MLP shape for both stacks."""
+    need(s.audio is not None, ("audio",), "token input (Whisper's encoder reads input_features)")
+    n = s.norm
+    need(n.type == "layernorm" and n.placement == "pre" and n.eps == 1e-5, ("norm",), "norms other than pre-LN 1e-5")
+    need(not n.embedding and resolve.final_norm(s), ("norm",), "an embedding norm, or no final norm")
+    flags = {"qkv": True, "out": True, "mlp": True, "norm": True, "head": False}
+    for key, want in flags.items():
+        need(_bias(s, key) == want, ("bias", key), f"bias.{key} {_bias(s, key)} (Whisper's is {want})")
+    need(
+        resolve.qkv_bias(s) == (True, False, True), ("bias", "k"), "a bias on the key projections (Whisper's has none)"
+    )
+    a, d = s.attention, s.d_model
+    need(a.kv_heads in (None, a.heads) and a.head_dim in (None, d // a.heads), ("attention",), "GQA or a head size")
+    need(a.scale is None or a.scale == resolve.head_dim(s) ** -0.5, ("attention", "scale"), "another score scale")
+    need(a.mask in (None, "none") and a.softcap is None and a.qk_norm == "none", ("attention",), "masks or caps")
+    p = s.position
+    need(p.type == "learned" and not p.offset and not p.skip_padding, ("position",), "positions other than a table")
+    need(s.mlp.type == "classic", ("mlp", "type"), f"a {s.mlp.type} MLP")
+    need(s.embedding_scale is None, ("embedding_scale",), "an embedding scale (transformers' Whisper applies none)")
+    need(s.output.scale == 1.0 and s.output.softcap is None, ("output",), "logit transforms")
+    need(s.residual_scale == 1.0 and s.parallel == "none", ("residual_scale",), "scaled or parallel sublayers")
+    start = s.decoder_start_token if s.decoder_start_token is not None else 1  # specc's default
+    return {
+        "vocab_size": s.vocab_size,
+        "num_mel_bins": s.audio.mel_bins,
+        "max_source_positions": s.audio.positions,
+        "max_target_positions": s.context,
+        "d_model": d,
+        "encoder_layers": s.blocks.encoder,
+        "decoder_layers": s.blocks.decoder,
+        "encoder_attention_heads": a.heads,
+        "decoder_attention_heads": a.heads,
+        "encoder_ffn_dim": s.mlp.hidden,
+        "decoder_ffn_dim": s.mlp.hidden,
+        "activation_function": _act(s.mlp.activation, ("mlp", "activation")),
+        "tie_word_embeddings": s.tie_embeddings,
+        "decoder_start_token_id": start,
+        "is_encoder_decoder": True,
+        # ids and token suppression the spec does not hold: none, rather than transformers' defaults (ids of the
+        # 51865-token vocabulary), so that generate runs the model as specc's does
+        **dict.fromkeys(("pad_token_id", "bos_token_id", "eos_token_id", "suppress_tokens", "begin_suppress_tokens")),
+    }
+
+
 def granite(s: Any) -> dict[str, Any]:
     """Llama with multipliers on the embeddings, the scores, each residual branch and (divided) the logits."""
     need(s.norm.type == "rmsnorm" and s.norm.placement == "pre", ("norm",), "norms other than pre-RMSNorm")
@@ -1093,6 +1140,8 @@ WRITERS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "T5EncoderModel": ("t5", lambda s: t5_encoder(s, "T5EncoderModel")),
     "MT5EncoderModel": ("mt5", lambda s: t5_encoder(s, "MT5EncoderModel")),
     "UMT5EncoderModel": ("umt5", lambda s: t5_encoder(s, "UMT5EncoderModel")),
+    "WhisperForConditionalGeneration": ("whisper", whisper),
+    "WhisperModel": ("whisper", whisper),
     "DeepseekV2ForCausalLM": ("deepseek_v2", lambda s: deepseek(s, "DeepseekV2ForCausalLM")),
     "DeepseekV3ForCausalLM": ("deepseek_v3", lambda s: deepseek(s, "DeepseekV3ForCausalLM")),
 }
@@ -1164,6 +1213,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
         "T5Model",
         "UMT5Model",
         "MT5Model",
+        "WhisperForConditionalGeneration",
+        "WhisperModel",
     ),
 }
 
@@ -1182,8 +1233,13 @@ def config(s: Any, arch: str) -> dict[str, Any]:
         head = heads.get(arch, "attention_pool or none")  # SiglipVisionModel: vision_use_head
         need(s.head in head.split(" or "), ("head",), f"a {s.head} head ({arch} has {head})")
     if s.kind == "encoder_decoder":  # *Model: the decoder's states; *ForConditionalGeneration and the rest: logits
-        head = "none" if arch in ("T5Model", "MT5Model", "UMT5Model") else "lm"
+        head = "none" if arch in ("T5Model", "MT5Model", "UMT5Model", "WhisperModel") else "lm"
         need(s.head == head, ("head",), f"a {s.head} head ({arch} has {head})")
+    if not arch.startswith("Whisper"):  # the one family with per-projection biases and audio input
+        need(getattr(s, "audio", None) is None, ("audio",), "audio input (WhisperForConditionalGeneration reads it)")
+        for key in ("q", "k", "v") if hasattr(s, "bias") else ():
+            flag = getattr(s.bias, key, None)
+            need(flag is None or flag == s.bias.qkv, ("bias", key), f"a {key} projection bias other than bias.qkv")
     body = write(s)
     dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[s.dtype]
     return {"architectures": [arch], "model_type": model_type, **body, "dtype": dtype}

@@ -4,8 +4,8 @@ are not supported"), never only the class. A class leaves this table when its fa
 
 Each row names a feature, the classes that have it, and the config fields that state it (dotted for nested
 objects: ``attn_config.alibi``). Of the rows a config triggers, the one whose field comes first in the file wins.
-A feature a class always has, with no field of its own (Whisper's audio front-end, without num_mel_bins), is blamed on
-``model_type``, after every feature a field states (the first such row in the table).
+A feature a class always has, with no field of its own (Llama 4's vision encoder, without pixel_shuffle_ratio), is
+blamed on ``model_type``, after every feature a field states (the first such row in the table).
 """
 
 from __future__ import annotations
@@ -47,11 +47,6 @@ ROWS: tuple[Missing, ...] = (
         ("Llama4VisionModel",),
         ("pixel_shuffle_ratio", "model_type"),
         hint="a Llama4ForConditionalGeneration config imports its text model",
-    ),
-    Missing(
-        "the audio front-end (input_features through two Conv1d, num_mel_bins) is not supported",
-        ("WhisperForConditionalGeneration", "WhisperModel"),
-        ("num_mel_bins", "model_type"),
     ),
 )
 

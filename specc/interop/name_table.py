@@ -145,8 +145,12 @@ def _rule(g: LayerGraph, target: str, shape: ShapeT, alt: Alternative, fields: M
 
 
 def attention_sizes(g: LayerGraph, target: str) -> list[int]:
-    """Output widths of the pieces of a packed projection: [q, k, v] for ``.qkv``, [k, v] for ``.kv``."""
+    """Output widths of the pieces of a packed projection: [q, k, v] for ``.qkv``, [k, v] for ``.kv``; of a
+    bias on some pieces only (Whisper's, none on k), the biased pieces'."""
     op = target.rsplit(".", 1)[0]  # blocks.0.attn.qkv
+    spans = g.op(op).attrs.bias_spans if target.endswith(".bias") else None
+    if spans is not None:
+        return [b - a for a, b in spans]
     core = g.op(op.rsplit(".", 1)[0] + ".core").attrs
     q, kv = core.heads * core.head_dim, core.kv_heads * core.head_dim
     return [q, kv, kv] if op.endswith(".qkv") else [kv, kv]

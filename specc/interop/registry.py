@@ -36,6 +36,7 @@ from . import (
     hf_starcoder2,
     hf_t5,
     hf_vit,
+    hf_whisper,
 )
 from .family import Family
 
@@ -73,6 +74,7 @@ FAMILIES: tuple[Family, ...] = (
     hf_clip.VISION_FAMILY,
     hf_clip.TEXT_FAMILY,
     hf_siglip.FAMILY,
+    hf_whisper.FAMILY,  # before BART: it shares BART's layer names and adds the conv front-end
     hf_bart.FAMILY,
     hf_t5.FAMILY,
     hf_t5.ENCODER_FAMILY,
@@ -128,6 +130,7 @@ DEFAULT_ARCHITECTURE = {
     "t5": "T5ForConditionalGeneration",
     "mt5": "MT5ForConditionalGeneration",
     "umt5": "UMT5ForConditionalGeneration",
+    "whisper": "WhisperForConditionalGeneration",
 }
 
 

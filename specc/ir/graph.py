@@ -166,6 +166,9 @@ def eval_dim(d: Dim, env: dict[str, int]) -> int:
     if "+" in d:
         a, b = d.split("+", 1)
         return eval_dim(a, env) + eval_dim(b, env)
+    if "*" in d:  # "2*N": Whisper's input frames, twice the encoder's sequence
+        a, b = d.split("*", 1)
+        return eval_dim(a, env) * eval_dim(b, env)
     if d.isdigit():
         return int(d)
     return env[d]

@@ -61,7 +61,7 @@ Init = Literal["normal", "residual"]
 class ParamSpec:
     shape: tuple[int, ...]
     init: str = "normal"  # normal (std) | residual (std / sqrt(2·layers)) | zeros | ones | rnn (U(±1/√H)) | constant
-    # (constant: the value the op's attributes give, held by its module as ``constants``)
+    # (constant: the value the op's attributes give, held by its module as ``constants``) | sinusoids (Whisper's)
 
 
 @dataclass(frozen=True)
@@ -213,6 +213,62 @@ _op(
 
 
 @attrs_dataclass
+class Conv1dAttrs(OpAttrs):
+    in_channels: int
+    out_channels: int
+    kernel: int
+    stride: int = 1
+    padding: int = 0
+    bias: bool = True
+    tokens_out: bool = False  # the output laid out [B, T_out, C_out] (a sequence of tokens), not [B, C_out, T_out]
+
+
+def conv_length(a: Conv1dAttrs, t: Dim) -> Dim:
+    """T_out = (T + 2·padding − kernel) // stride + 1; symbolic lengths as Whisper's: "2*N" at stride 2 → N."""
+    if isinstance(t, int):
+        return (t + 2 * a.padding - a.kernel) // a.stride + 1
+    if 2 * a.padding == a.kernel - 1 and a.stride == 1:
+        return t
+    if 2 * a.padding == a.kernel - 1 and t.startswith(f"{a.stride}*"):
+        return t[len(f"{a.stride}*") :]
+    raise ValueError(f"conv1d: no symbolic rule for length {t} at kernel {a.kernel}, stride {a.stride}")
+
+
+def _conv1d_shape(a: Conv1dAttrs, s: list[Shape]) -> Shape:
+    t = conv_length(a, s[0][2])
+    return (s[0][0], t, a.out_channels) if a.tokens_out else (s[0][0], a.out_channels, t)
+
+
+_op(
+    "conv1d",
+    "[B, C_in, T] → Conv1d(kernel, stride, padding) → [B, C_out, T_out], or [B, T_out, C_out] with `tokens_out` "
+    "(Whisper's audio front-end)",
+    Conv1dAttrs,
+    _conv1d_shape,
+    lambda a, s: {
+        "weight": ParamSpec((a.out_channels, a.in_channels, a.kernel)),
+        **_bias(a.bias, (a.out_channels,)),
+    },
+)
+
+
+@attrs_dataclass
+class SinusoidTableAttrs(OpAttrs):
+    positions: int
+    dim: int
+
+
+_op(
+    "sinusoid_table",
+    "x + table[:N]: a parameter of `positions` rows holding Whisper's sinusoids ([sin | cos] halves, timescales "
+    "log-spaced from 1 to 10⁴), loaded or computed, never trained (transformers' embed_positions.weight)",
+    SinusoidTableAttrs,
+    _same,
+    lambda a, s: {"weight": ParamSpec((a.positions, a.dim), "sinusoids")},
+)
+
+
+@attrs_dataclass
 class ClsTokenAttrs(OpAttrs):
     dim: int
 
@@ -302,16 +358,27 @@ class LinearAttrs(OpAttrs):
     bias: bool = True
     init: Init | None = optional()  # the weight's init rule; None: normal
     tied_to: str | None = optional()  # another op's parameter used as the weight (the op then owns none)
+    # The output features [start, stop) that carry the bias, when not all do (a packed q|k|v whose key has
+    # none: Whisper); the bias parameter holds those features only, in order. None: every feature.
+    bias_spans: tuple[tuple[int, int], ...] | None = optional()
+
+    @property
+    def bias_width(self) -> int:
+        """Features of the bias parameter."""
+        if not self.bias:
+            return 0
+        return self.out_features if self.bias_spans is None else sum(b - a for a, b in self.bias_spans)
 
 
 _op(
     "linear",
-    "x @ weightᵀ + bias over the last axis",
+    "x @ weightᵀ + bias over the last axis (with `bias_spans`, the bias of the listed output features only, the "
+    "others none)",
     LinearAttrs,
     lambda a, s: (*s[0][:-1], a.out_features),
     lambda a, s: {
         **({} if a.tied_to else {"weight": ParamSpec((a.out_features, a.in_features), a.init or "normal")}),
-        **_bias(a.bias, (a.out_features,)),
+        **_bias(a.bias, (a.bias_width,)),
     },
 )
 

@@ -87,6 +87,12 @@ def rotary_dims(spec: _Transformer) -> float:
     return head_dim(spec) * spec.position.fraction
 
 
+def qkv_bias(spec: _Transformer) -> tuple[bool, bool, bool]:
+    """Whether the query, key and value projections carry a bias: each its own flag, else ``bias.qkv``."""
+    b = spec.bias
+    return tuple(b.qkv if f is None else f for f in (b.q, b.k, b.v))  # type: ignore[return-value]
+
+
 def mask(spec: _Transformer) -> str:
     m = spec.attention.mask
     if m is not None:

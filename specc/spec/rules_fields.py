@@ -113,6 +113,13 @@ def _latent_rules(spec: _Transformer) -> Any:
     """MLA fixes the head sizes and gives every head its own K/V: no field may say otherwise."""
     a, lat = spec.attention, spec.attention.latent
     assert lat is not None
+    for key in ("q", "k", "v"):
+        if getattr(spec.bias, key) is not None:
+            yield Violation(
+                ("bias", key),
+                f"bias.{key} is a per-projection flag; latent attention has no separate {key} projection",
+                "use bias.qkv (the q_a and kv_a projections)",
+            )
     qk = lat.nope_head_dim + lat.rope_head_dim
     if not isinstance(spec, DecoderSpec):
         yield Violation(("attention", "latent"), "multi-head latent attention is for decoders", "use kind: decoder")
@@ -472,6 +479,15 @@ def encoder_rules(spec: EncoderSpec) -> Any:
 def encoder_decoder_rules(spec: EncoderDecoderSpec) -> Any:
     if spec.head == "none" and "output" in spec.model_fields_set:
         yield Violation(("output",), "output transforms the head's logits, but head is none", "remove output")
+    if spec.audio is not None:
+        yield from _audio_rules(spec)
+    start, target = spec.decoder_start_token, spec.target_vocab_size or spec.vocab_size
+    if start is not None and start >= target:
+        yield Violation(
+            ("decoder_start_token",),
+            f"decoder_start_token {start} is not below the decoder's vocabulary {target}",
+            also=(("vocab_size",),),
+        )
     if spec.shared_embeddings and spec.target_vocab_size not in (None, spec.vocab_size):
         yield Violation(
             ("target_vocab_size",),
@@ -484,6 +500,31 @@ def encoder_decoder_rules(spec: EncoderDecoderSpec) -> Any:
             ("attention", "mask"),
             f"attention.mask {resolve.mask(spec)} applies to the encoder; the decoder is always causal",
             "use mask: none (or padding) for an encoder-decoder",
+        )
+
+
+def _audio_rules(spec: EncoderDecoderSpec) -> Any:
+    """With audio input the encoder has no tokens: nothing may describe a source vocabulary or token padding."""
+    given = spec.model_fields_set
+    for key, why in (
+        ("target_vocab_size", "the decoder's vocabulary is vocab_size"),
+        ("shared_embeddings", "there is no source embedding to share"),
+    ):
+        if key in given:
+            yield Violation((key,), f"{key} is not used with audio input: {why}", f"remove {key}")
+    if spec.attention.mask == "padding":
+        yield Violation(
+            ("attention", "mask"),
+            "audio input has no padding mask (Whisper's encoder attends to every frame)",
+            "use mask: none",
+            also=(("audio",),),
+        )
+    if spec.position.type == "relative":
+        yield Violation(
+            ("position", "type"),
+            "relative positions are not supported with audio input",
+            "use learned or sinusoidal positions for the decoder",
+            also=(("audio",),),
         )
 
 

@@ -62,6 +62,10 @@ class BiasFlags(_Strict):
     mlp: SBool = Field(True, description="bias on the MLP / expert projections")
     norm: SBool = Field(True, description="bias (beta) on LayerNorm; RMSNorm never has one")
     head: SBool = Field(False, description="bias on the LM / classifier head")
+    # Per projection (self- and cross-attention alike), where one differs from qkv: Whisper's key has none.
+    q: SBool | None = Field(None, description="bias on the query projections; default qkv")
+    k: SBool | None = Field(None, description="bias on the key projections (Whisper: false); default qkv")
+    v: SBool | None = Field(None, description="bias on the value projections; default qkv")
 
 
 Bias = Annotated[
@@ -349,6 +353,22 @@ class Contrastive(_Strict):
     )
 
 
+class Audio(_Strict):
+    """Whisper's audio front-end in place of the encoder's token embedding: input_features [B, mel_bins, 2 ·
+    positions] → Conv1d(k 3, pad 1) + GELU → Conv1d(k 3, stride 2, pad 1) + GELU → [B, positions, d_model] + a
+    fixed sinusoidal table ([sin | cos] halves over log-spaced timescales up to 10⁴), held as a parameter of
+    ``positions`` rows as transformers holds it (embed_positions.weight, never trained)."""
+
+    mel_bins: SInt = Field(..., ge=1, le=1 << 12, description="input_features channels (num_mel_bins)")
+    positions: SInt = Field(
+        ...,
+        ge=1,
+        le=MAX_CONTEXT,
+        description="encoder frames after the stride-2 convolution and rows of the sinusoidal table "
+        "(max_source_positions); input_features hold at most 2 · positions frames",
+    )
+
+
 class StackBlocks(_Strict):
     encoder: SInt = Field(..., ge=1, le=MAX_BLOCKS)
     decoder: SInt = Field(..., ge=1, le=MAX_BLOCKS)
@@ -480,6 +500,17 @@ class EncoderDecoderSpec(_TextModel):
         "lm",
         description="lm: logits over the target vocabulary (generation); none: the decoder's last_hidden_state "
         "(T5Model)",
+    )
+    audio: Audio | None = Field(
+        None,
+        description="the encoder reads input_features through Whisper's audio front-end instead of token ids "
+        "(vocab_size and position are then the decoder's; no source padding mask)",
+    )
+    decoder_start_token: SInt | None = Field(
+        None,
+        ge=0,
+        le=MAX_VOCAB,
+        description="the token generation starts the decoder with (decoder_start_token_id); default 1",
     )
 
 

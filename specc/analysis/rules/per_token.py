@@ -21,12 +21,12 @@ from .common import Attrs, Ctx, Dims, Flop, Mem, io_bytes, numel, tokens
 
 def linear_flops(a: LinearAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     m, k, n = tokens(out), a.in_features, a.out_features
-    return [Flop(matmul=2 * m * k * n, other=C.BIAS * m * n if a.bias else 0)]
+    return [Flop(matmul=2 * m * k * n, other=C.BIAS * m * a.bias_width)]
 
 
 def linear_memory(a: LinearAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     k, n = a.in_features, a.out_features
-    weights = k * n + (n if a.bias else 0)  # a tied head reads the shared matrix all the same
+    weights = k * n + a.bias_width  # a tied head reads the shared matrix all the same
     return Mem(saved=numel(ins[0]) * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=weights)
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from ...ir.ops import (
     ClsTokenAttrs,
+    Conv1dAttrs,
     EmbeddingAttrs,
     LearnedPos2dAttrs,
     LearnedPosAttrs,
     PatchEmbedAttrs,
     ProbeAttrs,
     RelativeBiasAttrs,
+    SinusoidTableAttrs,
     TypeEmbeddingAttrs,
 )
 from .. import constants as C
@@ -70,6 +72,22 @@ def patch_embed_memory(a: PatchEmbedAttrs, ins: list[Dims], out: Dims, ctx: Ctx)
     return Mem(saved=numel(ins[0]) * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=weights)
 
 
+def conv1d_flops(a: Conv1dAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
+    # Each output element is a dot product over C_in · kernel inputs: FlopCounterMode's 2 · B · T_out · C_out ·
+    # C_in · kernel (padding taps included, as cuDNN and FlopCounterMode count them).
+    bias = C.BIAS * numel(out) if a.bias else 0
+    return [Flop(matmul=2 * numel(out) * a.in_channels * a.kernel, other=bias)]
+
+
+def conv1d_memory(a: Conv1dAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    weights = a.out_channels * a.in_channels * a.kernel + (a.out_channels if a.bias else 0)
+    return Mem(saved=numel(ins[0]) * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=weights)
+
+
+def sinusoid_table_memory(a: SinusoidTableAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    return Mem(io=io_bytes(ins, out, ctx), weights_read=min(a.positions, ins[0][1]) * a.dim)
+
+
 def cls_token_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     return [Flop()]
 
@@ -96,6 +114,8 @@ RULES = {
     "embedding": (embedding_flops, embedding_memory),
     "type_embedding": (type_embedding_flops, type_embedding_memory),
     "learned_pos": (position_add_flops, learned_pos_memory),
+    "sinusoid_table": (position_add_flops, sinusoid_table_memory),
+    "conv1d": (conv1d_flops, conv1d_memory),
     "sinusoidal_pos": (position_add_flops, fixed_pos_memory),
     "learned_pos_2d": (learned_pos_2d_flops, learned_pos_2d_memory),
     "sinusoidal_pos_2d": (position_add_flops, fixed_pos_memory),

@@ -42,7 +42,7 @@ def symbolic(shape: Shape, overrides: Mapping[int, str] | None = None) -> list[i
         elif isinstance(d, int):
             out.append(d)
         else:
-            out.append("+".join(SYMBOLS.get(p, p) for p in d.split("+")))
+            out.append("+".join("*".join(SYMBOLS.get(f, f) for f in p.split("*")) for p in d.split("+")))  # 2*N
     return out
 
 

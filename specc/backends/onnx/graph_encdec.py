@@ -31,7 +31,7 @@ from .builder import CONTRIB, ExportOptions, GraphBuilder, LazyModel, symbolic
 from .emit import emit_ops
 from .kv_cache import KVCache
 from .masks import additive, combined_keep
-from .ops_dense import weight_t
+from .ops_dense import linear_bias, weight_t
 
 ENC_SEQ, PAST_ENC_SEQ = "encoder_sequence", "past_encoder_sequence"
 HIDDEN, ENC_MASK = "encoder_hidden_states", "encoder_attention_mask"
@@ -130,7 +130,7 @@ def _cross_cache(b: GraphBuilder, g: LayerGraph, cross: list[Op]) -> dict[str, t
     hidden = b.values[_encoder_output(g)]
     lin = [g.op(op.inputs[1]) for op in cross]
     wts = [weight_t(b, lo.attrs.tied_to or f"{lo.name}.weight") for lo in lin]
-    biases = [b.param(f"{lo.name}.bias") if lo.attrs.bias else "" for lo in lin]
+    biases = [linear_bias(b, lo) if lo.attrs.bias else "" for lo in lin]  # (Whisper's: none on k)
     heads = [b.i64(0, 0, op.attrs.kv_heads, op.attrs.head_dim) for op in cross]
     splits = [b.i64(op.attrs.kv_heads * op.attrs.head_dim, op.attrs.kv_heads * op.attrs.head_dim) for op in cross]
 

@@ -36,12 +36,32 @@ def activation(b: GraphBuilder, x: str, fn: str, scope: str) -> str:
     raise NotImplementedError(f"activation {fn}")
 
 
+def linear_bias(b: GraphBuilder, op: Op) -> str:
+    """The linear's bias over every output feature: its parameter, or (``bias_spans``) the parameter's pieces
+    between zeros where a feature has none (ORT folds the constant Concat at session creation)."""
+    a, name = op.attrs, f"{op.name}.bias"
+    if a.bias_spans is None:
+        return b.param(name)
+    key = ("full_bias", name)
+    if key not in b.memo:
+        parts, at, used = [], 0, 0
+        for lo, hi in a.bias_spans:
+            if lo > at:
+                parts.append(b.const(np.zeros(lo - at), f"{op.name}.no_bias"))
+            parts.append(b.op("Slice", [b.param(name), b.i64(used), b.i64(used + hi - lo)], scope=op.name))
+            at, used = hi, used + hi - lo
+        if a.out_features > at:
+            parts.append(b.const(np.zeros(a.out_features - at), f"{op.name}.no_bias"))
+        b.memo[key] = b.op("Concat", parts, scope=op.name, axis=0)
+    return b.memo[key]
+
+
 @emits("linear")
 def make_linear(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     w = op.attrs.tied_to or f"{op.name}.weight"
     y = b.op("MatMul", [xs[0], weight_t(b, w)], scope=op.name)
     if op.attrs.bias:
-        y = b.op("Add", [y, b.param(f"{op.name}.bias")], scope=op.name)
+        y = b.op("Add", [y, linear_bias(b, op)], scope=op.name)
     return y
 
 

@@ -78,6 +78,21 @@ def make_patch_embed(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     return b.op("Transpose", [y], scope=op.name, perm=[0, 2, 1])
 
 
+@emits("conv1d")
+def make_conv1d(b: GraphBuilder, op: Op, xs: list[str]) -> str:
+    a = op.attrs
+    ins = [xs[0], b.param(f"{op.name}.weight")] + ([b.param(f"{op.name}.bias")] if a.bias else [])
+    y = b.op("Conv", ins, scope=op.name, kernel_shape=[a.kernel], strides=[a.stride], pads=[a.padding, a.padding])
+    return b.op("Transpose", [y], scope=op.name, perm=[0, 2, 1]) if a.tokens_out else y  # [B, T, C]
+
+
+@emits("sinusoid_table")
+def make_sinusoid_table(b: GraphBuilder, op: Op, xs: list[str]) -> str:
+    # the table's first N rows (the encoder runs whole: no cached offset)
+    rows = b.op("Slice", [b.param(f"{op.name}.weight"), b.i64(0), b.dim(xs[0], 1), b.i64(0)], scope=op.name)
+    return b.op("Add", [xs[0], rows], scope=op.name)
+
+
 @emits("probe")
 def make_probe(b: GraphBuilder, op: Op, xs: list[str]) -> str:
     shape = b.op("Concat", [b.dim(xs[0], 0), b.i64(1, op.attrs.dim)], scope=op.name, axis=0)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ...errors import SpecError
-from ...ir.graph import LayerGraph
+from ...ir.graph import LayerGraph, eval_dim
 from ...ir.lower import lower
 from .layers import Model
 from .layers.model import init_rule, param_owner
@@ -164,7 +164,7 @@ def example_inputs(graph: Any, batch: int = 1, length: int = 8, seed: int = 0) -
     for name, spec in graph.inputs.items():
         if spec.optional:
             continue
-        dims = [sizes[d] if isinstance(d, str) else d for d in spec.shape]
+        dims = [eval_dim(d, sizes) for d in spec.shape]  # "2*N": Whisper's input frames
         if spec.dtype == "int64":
             vocab = graph.meta.get("target_vocab_size") if name == "decoder_input_ids" else None
             out[name] = torch.randint(0, vocab or graph.meta["vocab_size"], dims, generator=gen)

@@ -20,16 +20,19 @@ def _attention(c: Context, p: str, x: str, layer: int, mask: str, memory: str | 
     rope = s.position.type == "rotary" and memory is None
     cross = "cross_" if memory is not None else ""
     residual = "residual" if s.init.scaled_residual else "normal"
+    qb, kb, vb = resolve.qkv_bias(s)
     if memory is None:
-        packed = linear(c, f"{p}.qkv", x, c.d, (h + 2 * kv) * hd, "qkv_proj", layer, s.bias.qkv)
+        bias = _bias_parts(((h * hd, qb), (kv * hd, kb), (kv * hd, vb)))
+        packed = linear(c, f"{p}.qkv", x, c.d, (h + 2 * kv) * hd, "qkv_proj", layer, **bias)
         packed = _qk_norm(c, f"{p}.q_norm", packed, 0, h * hd, layer)
         core_in = [_qk_norm(c, f"{p}.k_norm", packed, h * hd, kv * hd, layer)]
         if s.position.type == "relative":  # T5: the stack's bias, or (per_layer, UMT5) this layer's own
             own = s.position.per_layer or c.bias is None
             core_in.append(relative_bias(c, f"{p}.rel_bias", mask != "causal", layer) if own else c.bias)
     else:
-        q = linear(c, f"{p}.q", x, c.d, h * hd, "cross_qkv_proj", layer, s.bias.qkv)
-        kvp = linear(c, f"{p}.kv", memory, c.d, 2 * kv * hd, "cross_qkv_proj", layer, s.bias.qkv)
+        q = linear(c, f"{p}.q", x, c.d, h * hd, "cross_qkv_proj", layer, qb)
+        bias = _bias_parts(((kv * hd, kb), (kv * hd, vb)))
+        kvp = linear(c, f"{p}.kv", memory, c.d, 2 * kv * hd, "cross_qkv_proj", layer, **bias)
         core_in = [_qk_norm(c, f"{p}.q_norm", q, 0, h * hd, layer), _qk_norm(c, f"{p}.k_norm", kvp, 0, kv * hd, layer)]
     if c.pad is not None:
         core_in.append(c.pad)
@@ -65,6 +68,18 @@ def _attention(c: Context, p: str, x: str, layer: int, mask: str, memory: str | 
     if sc is not None and sc.rebuild_cache:  # generation recomputes the cache once past the original context
         g.meta["rebuild_cache_after"] = min(sc.original_max_positions, g.meta.get("rebuild_cache_after", 1 << 62))
     return linear(c, f"{p}.out", core, h * hd, c.d, f"{cross}out_proj", layer, s.bias.out, init=residual)
+
+
+def _bias_parts(parts: tuple[tuple[int, bool], ...]) -> dict[str, Any]:
+    """A packed projection's bias from its parts' (width, biased): all, none, or the biased spans only."""
+    if len({on for _, on in parts}) == 1:
+        return {"bias": parts[0][1]}
+    spans, at = [], 0
+    for width, on in parts:
+        if on:
+            spans.append((at, at + width))
+        at += width
+    return {"bias": True, "bias_spans": tuple(spans)}
 
 
 def _latent_attention(c: Context, p: str, x: str, layer: int, mask: str) -> str:

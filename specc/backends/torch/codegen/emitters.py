@@ -82,11 +82,28 @@ ACTIVATION_MODULES = {
 
 
 def _linear_ctor(op: Op, a: Attr) -> str:
+    if op.attrs.bias_spans is not None:  # a bias on some output features only (Whisper's q|k|v)
+        return f"SpanBiasLinear({a('in_features')}, {a('out_features')}, {a('bias_spans')})"
     bias = "" if op.attrs.bias else ", bias=False"
     return f"nn.Linear({a('in_features')}, {a('out_features')}{bias})"  # tied: its weight is the owner's (TIED)
 
 
-_emits("linear", call=_module_call, ctor=_linear_ctor, structural=("bias", "init"))
+_emits(
+    "linear",
+    call=_module_call,
+    ctor=_linear_ctor,
+    structural=("bias", "init"),
+    variant=lambda op: op.attrs.bias_spans is not None,
+)
+
+
+def _conv1d_ctor(op: Op, a: Attr) -> str:
+    extra = _kwargs(a, op, ("stride", "padding", "bias", "tokens_out"))
+    return f"FrameConv1d({a('in_channels')}, {a('out_channels')}, {a('kernel')}{extra})"
+
+
+_emits("conv1d", call=_module_call, ctor=_conv1d_ctor, structural=("tokens_out", "bias"))
+_emits("sinusoid_table", call=_module_call, ctor=lambda op, a: f"SinusoidTable({a('positions')}, {a('dim')})")
 
 
 def _embedding_call(op: Op, c: Call) -> str:

@@ -14,7 +14,7 @@ from .specialise import SOMETHING, Facts
 
 STEP_INPUTS = {"causal_lm": "input_ids", "seq2seq": "decoder_input_ids"}
 RUNTIME_FACTS = ("dtype", "seed", "init_std", "residual_std", "max_positions", "positions_follow", "prefix")
-RUNTIME_FACTS += ("rebuild_cache_after",)
+RUNTIME_FACTS += ("rebuild_cache_after", "decoder_start_token_id")
 
 
 def runtime_meta(graph: LayerGraph) -> dict[str, Any]:
@@ -70,4 +70,7 @@ def model_facts(graph: LayerGraph) -> Facts:
     if "contrastive" not in kinds:  # the only layer with parameters starting at a constant (its logit scale)
         facts['local in getattr(module, "constants", ())'] = [False]
         facts['rule == "constant"'] = [False]
+    if "sinusoid_table" not in kinds:  # Whisper's computed position table
+        facts['hasattr(module, "sinusoids")'] = [False]
+        facts['rule == "sinusoids"'] = [False]
     return {k: v for k, v in facts.items() if v}

@@ -17,6 +17,7 @@ from .attention import (
     SoftcapAttention,
     WindowedAttention,
 )
+from .audio import FrameConv1d, SinusoidTable, whisper_sinusoids
 from .contrastive import Contrastive
 from .embed import (
     ClsToken,
@@ -34,6 +35,7 @@ from .embed import (
 )
 from .extras import Override, SpeccModel, generate, math_attention, overrides
 from .generation import GenerationError, pick_tokens
+from .linear import SpanBiasLinear
 from .model import Model
 from .moe import MoE
 from .norms import OffsetRMSNorm, SliceRMSNorm
@@ -48,7 +50,9 @@ FILES = (
     "rope",
     "attention",
     "relative",
+    "linear",
     "embed",
+    "audio",
     "norms",
     "contrastive",
     "activations",
@@ -66,6 +70,7 @@ __all__ = [
     "ClsToken",
     "Contrastive",
     "CrossAttention",
+    "FrameConv1d",
     "GenerationError",
     "KVCache",
     "LatentAttention",
@@ -88,6 +93,8 @@ __all__ = [
     "SinkAttention",
     "SinusoidalPositions",
     "SinusoidalPositions2d",
+    "SinusoidTable",
+    "SpanBiasLinear",
     "SliceRMSNorm",
     "SoftcapAttention",
     "Temperature",
@@ -105,4 +112,5 @@ __all__ = [
     "rnn_states",
     "scaled",
     "sinusoids",
+    "whisper_sinusoids",
 ]

@@ -22,11 +22,13 @@ from .state import KVCache, State
 
 def init_rule(module: nn.Module, local: str) -> str:
     """How a parameter starts: normal (std) | zeros | ones | rnn (U(±1/√H), PyTorch's recurrent default) |
-    constant (the value in the module's ``constants``)."""
+    constant (the value in the module's ``constants``) | sinusoids (the module's own table)."""
     if local in getattr(module, "constants", ()):
         return "constant"
     if isinstance(module, nn.RNNBase) or hasattr(module, "cell"):
         return "rnn"
+    if hasattr(module, "sinusoids"):  # a fixed table (Whisper's positions): computed, not drawn
+        return "sinusoids"
     if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
         return "ones" if local == "weight" and not getattr(module, "unit_offset", False) else "zeros"
     return "zeros" if local in ("bias", "score_bias") or local.startswith("b_") else "normal"
@@ -87,6 +89,8 @@ class Model(nn.Module):
                 elif rule == "rnn":
                     bound = (owner.hidden_size if isinstance(owner, nn.RNNBase) else owner.hidden) ** -0.5
                     t.uniform_(-bound, bound, generator=gen)
+                elif rule == "sinusoids":
+                    t.copy_(owner.sinusoids())
                 else:
                     residual = re.match(self.RESIDUAL, name)
                     t.normal_(0.0, self.META["residual_std" if residual else "init_std"], generator=gen)
@@ -111,12 +115,16 @@ class Model(nn.Module):
         self, input_ids: Tensor, max_new_tokens: int, attention_mask: Tensor | None = None, **options: Any
     ) -> Tensor:
         """The sequence with up to ``max_new_tokens`` appended: decoders extend ``input_ids`` (left padding
-        allowed), encoder-decoders ``decoder_input_ids`` (default: ``decoder_start_token_id`` 1). Options: ``seed``,
+        allowed), encoder-decoders ``decoder_input_ids`` after ``decoder_start_token_id`` (default: the spec's, else
+        1) from the source ``input_ids`` (token ids, or Whisper's input_features). Options: ``seed``,
         ``eos_token_id``, ``use_cache`` (False: recompute every step) and pick_tokens' temperature / top_k / top_p."""
         seq2seq = self.STEP_INPUT == "decoder_input_ids"
-        prompt = input_ids
-        if seq2seq:
-            start = input_ids.new_full((len(input_ids), 1), options.pop("decoder_start_token_id", 1))
+        prompt, fixed = input_ids, {}
+        if seq2seq:  # the source: token ids with their mask, or (Whisper) input_features alone
+            source = {self.INPUTS[0]: input_ids, "attention_mask": attention_mask}
+            fixed = {k: v for k, v in source.items() if k in self.INPUTS}
+            first = options.pop("decoder_start_token_id", self.META.get("decoder_start_token_id", 1))
+            start = input_ids.new_full((len(input_ids), 1), first, dtype=torch.long)
             prompt = options.pop("decoder_input_ids", None)
             prompt = start if prompt is None else prompt
         seed, eos_token_id = options.pop("seed", None), options.pop("eos_token_id", None)
@@ -125,7 +133,6 @@ class Model(nn.Module):
         if "max_positions" in self.META and n + max_new_tokens > (limit := self.META["max_positions"]):
             raise GenerationError(f"{n} prompt + {max_new_tokens} new tokens exceed the {limit} learned positions")
         tokens = torch.cat((prompt, prompt.new_zeros(b, max_new_tokens)), 1)
-        fixed = {"input_ids": input_ids, "attention_mask": attention_mask} if seq2seq else {}
         mask = None if seq2seq or attention_mask is None else F.pad(attention_mask, (0, max_new_tokens), value=1)
         gen = None if seed is None else torch.Generator(prompt.device).manual_seed(seed)
         done, was_training = torch.zeros(b, dtype=torch.bool, device=prompt.device), self.training
