@@ -383,3 +383,39 @@ def helper(rope):
     model = namespace["helper"](None)
     assert model.heads == 5 and model.hook() == (5, "self")
     assert torch.equal(model.forward(torch.tensor(2.0)), torch.tensor(1.0))  # (the hook replaces __call__'s)
+
+
+def test_aliases_empty_dicts_and_a_value_returned_once_are_read_in_place() -> None:
+    source = """
+def run(ids, extra):
+    return ids.shape, len(extra)
+
+
+def pick(x):
+    return x, x + 1, x + 2
+
+
+def total(x):
+    z = x.clamp(min=0)
+    return z.sum()
+
+
+def generate(input_ids, n):
+    prompt = input_ids
+    fixed = {}
+    y = prompt.sum(n)
+    first, second, third = pick(y)
+    out, seen = run(prompt, fixed)
+    return total(first), {"ids": prompt, **fixed}, second, seen
+"""
+    out = specialise(source, {}, keep={"generate"})
+    assert "prompt" not in out and "y = input_ids.sum(n)" in out and "fixed" not in out
+    assert "run(input_ids, {})" in out and '{"ids": input_ids}' in out  # nothing spread
+    assert "first, second, _ = pick(y)" in out  # third: never read
+    assert "return x.clamp(min=0).sum()" in out  # z read once, first in the chain
+    namespace: dict = {}
+    exec(out, namespace)
+    import torch
+
+    got = namespace["generate"](torch.tensor([[-1.0, 2.0]]), 1)
+    assert torch.equal(got[0], torch.tensor(1.0)) and torch.equal(got[2], torch.tensor([2.0])) and got[3] == 0
