@@ -275,3 +275,10 @@ def test_model_py_loads_alibi_and_gpt_oss_checkpoints(tmp_path: Path, case_id: s
     ids = torch.randint(3, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)
+
+
+def test_a_llama_written_from_scratch_keeps_llama_names_and_llama4_gets_its_own() -> None:
+    """Llama 4's table names every parameter a plain Llama has (feed_forward for mlp): it is chosen only for a
+    spec with a Llama 4 feature, so a Llama preset's model.py still loads Llama checkpoints."""
+    assert hf_plan(specc.lower(specc.load_spec("llama2-7b"))).family == "Llama-style"
+    assert hf_plan(specc.lower(specc.load_spec("llama4-scout"))).family == "Llama 4"

@@ -14,6 +14,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from ..errors import SpecError
 from ..ir.graph import LayerGraph
 from . import hf_decoder as dec
 from .family import Family
@@ -163,7 +164,21 @@ MULTIMODAL_TABLE = Table(
 )
 
 
+def _llama4_graph(g: LayerGraph) -> bool:
+    """Does the graph use a feature only Llama 4 has (input-weighted experts, temperature tuning, the L2 norm)?"""
+    return any(
+        (op.kind == "moe" and op.attrs.weigh_input)
+        or (op.kind == "attention" and op.attrs.temperature_floor is not None)
+        or (op.kind == "slice_rmsnorm" and not op.attrs.affine)
+        for op in g.ops()
+    )
+
+
 def plan(g: LayerGraph, names: set[str]) -> Plan:
+    # its names are Llama's with feed_forward for mlp: a spec without any Llama 4 feature, and no checkpoint
+    # named so, is another family's (a Llama written from scratch keeps Llama's names in model.py)
+    if not detect(names) and not _llama4_graph(g):
+        raise SpecError("this spec has none of Llama 4's features", hint="not a Llama 4 spec")
     multimodal = any(n.startswith("language_model.") for n in names)
     table = MULTIMODAL_TABLE if multimodal else TABLE
     head = "language_model.lm_head.weight" if multimodal else "lm_head.weight"
