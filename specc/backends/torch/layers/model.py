@@ -119,7 +119,8 @@ class Model(nn.Module):
         1) from the source ``input_ids`` (token ids, or Whisper's input_features). Options: ``seed``,
         ``eos_token_id``, ``use_cache`` (False: recompute every step) and pick_tokens' temperature / top_k / top_p."""
         seq2seq = self.STEP_INPUT == "decoder_input_ids"
-        prompt, fixed = input_ids, {}
+        prompt = input_ids
+        fixed = {}
         if seq2seq:  # the source: token ids with their mask, or (Whisper) input_features alone
             source = {self.INPUTS[0]: input_ids, "attention_mask": attention_mask}
             fixed = {k: v for k, v in source.items() if k in self.INPUTS}
