@@ -105,3 +105,17 @@ def test_export_hf_writes_the_text_model_of_the_multimodal_checkpoint(tmp_path: 
     with torch.no_grad():
         want, got = hf.language_model(input_ids=ids).logits, back(input_ids=ids).logits
     assert float((got - want).abs().max()) <= 1e-4 * float(want.abs().max())
+
+
+def test_hub_fields_as_released_configs_write_them(tmp_path: Path) -> None:
+    """The hub's dialect as Scout's file writes it: rope_theta + rope_scaling, an explicit moe_layers list and
+    attn_temperature_tuning as a number (transformers reads it as truthy); 0 switches the tuning off."""
+    fields = {k: v for k, v in TEXT.items() if k not in ("rope_parameters", "interleave_moe_layer_step")}
+    fields.update(model_type="llama4_text", architectures=["Llama4ForCausalLM"], rope_theta=500000.0)
+    fields.update(rope_scaling=dict(TEXT["rope_parameters"], rope_type="llama3"), moe_layers=[1, 3])
+    for tuning, on in ((4, True), (0, False)):
+        (tmp_path / "config.json").write_text(json.dumps(dict(fields, attn_temperature_tuning=tuning)), "utf-8")
+        s = import_hf(tmp_path).spec
+        nope = s.layer_kinds["nope"].attention  # no override at all when the tuning is off
+        assert (nope is not None and nope.temperature is not None) == on and s.position.scaling.type == "llama3"
+        assert [s.layer_kinds[k].mlp is None for k in s.layer_pattern] == [False, True, False, True]
