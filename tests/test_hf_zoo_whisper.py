@@ -335,3 +335,12 @@ def test_whisper_model_is_the_headless_decoder_and_round_trips(tmp_path: Path) -
     back = transformers.WhisperModel.from_pretrained(done.folder).eval()
     with torch.no_grad():
         torch.testing.assert_close(back(**x).last_hidden_state, want, atol=tol, rtol=0)
+
+
+def test_whisper_large_v3_is_analysed_at_its_own_lengths() -> None:
+    """The analyzer's defaults: the encoder's 1500 audio frames and the decoder's 448-position table; the KV cache
+    holds the decoder's self-attention keys/values over 448 tokens and the cross K/V over the 1500 frames."""
+    r = specc.analyze("whisper-large-v3", crossover=False)
+    settings = r.to_dict()["settings"]
+    assert (settings["seq"], settings["dec_seq"]) == (1500, 448)
+    assert r.memory["kv_cache"] == 2 * 32 * 1280 * (448 + 1500) * 2  # K and V, 32 layers, d_model, fp16

@@ -150,8 +150,8 @@ def _settings(
     symbols = {str(d) for i in g.inputs.values() for d in i.shape}
     if "N_dec" not in symbols:
         dec_seq = None
-    elif dec_seq is None:
-        dec_seq = seq
+    elif dec_seq is None:  # Whisper: its decoder's own length (the 1500 audio frames are the encoder's)
+        dec_seq = int(g.meta.get("dec_tokens") or seq)
     for name, v in (("batch", batch), ("seq", seq), ("dec_seq", dec_seq), ("kv_len", kv_len)):
         if v is not None and (not isinstance(v, int) or v < 1):
             raise SpecError(f"{name} must be a positive integer, got {v!r}")

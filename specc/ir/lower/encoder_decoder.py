@@ -17,8 +17,8 @@ def lower_encoder_decoder(s: EncoderDecoderSpec) -> LayerGraph:
     facts = {**text_facts(s), "target_vocab_size": tv}
     if s.decoder_start_token is not None:  # generation's default first decoder token
         facts["decoder_start_token_id"] = s.decoder_start_token
-    if s.audio is not None:  # the encoder's sequence is the audio frames (the analyzer's default length)
-        facts["tokens"] = s.audio.positions
+    if s.audio is not None:  # the analyzer's default lengths: the audio frames, the decoder's table
+        facts.update(tokens=s.audio.positions, dec_tokens=s.context)
     g = LayerGraph(meta=graph_meta(s, "encoder_decoder", task, layers, **facts))
     scale = resolve.embedding_scale(s)
     shared_bias = s.position.type == "relative" and not s.position.per_layer  # T5: one table per stack
