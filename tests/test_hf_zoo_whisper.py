@@ -344,3 +344,23 @@ def test_whisper_large_v3_is_analysed_at_its_own_lengths() -> None:
     settings = r.to_dict()["settings"]
     assert (settings["seq"], settings["dec_seq"]) == (1500, 448)
     assert r.memory["kv_cache"] == 2 * 32 * 1280 * (448 + 1500) * 2  # K and V, 32 layers, d_model, fp16
+
+
+def test_the_commands_take_audio_models(cli, whisper: Saved, tmp_path: Path) -> None:
+    """import-hf writes the spec; specc run feeds random input_features and generates through both ONNX exports
+    (HF's tokens for those features); specc generate, which takes token prompts, refuses at exit 2."""
+    spec = tmp_path / "whisper.yaml"
+    assert cli("import-hf", whisper.folder, "-o", spec)[0] == 0
+    code, _, err = cli("generate", spec, "-p", "1 2 3", "-w", whisper.weights)
+    assert code == 2 and "Traceback" not in err and "reads input_features" in err
+    from specc.runtime.inputs import random_inputs
+    from specc.runtime.onnx_model import OrtModel
+
+    for flags in ([], ["--kv-cache"]):
+        path = tmp_path / f"model{len(flags)}.onnx"
+        assert cli("compile", spec, "-t", "onnx", "-w", whisper.weights, "-o", path, *flags)[0] == 0
+        code, out, _ = cli("run", path, "--random", "1,12", "--generate", "5")
+        assert code == 0
+        features = random_inputs(OrtModel.open(path, provider="cpu", threads=2), 1, 12)["input_features"]
+        want = specc.build_torch(whisper.spec, weights=whisper.weights).generate(torch.as_tensor(features), 5)
+        assert " ".join(map(str, want[0, 1:].tolist())) in out

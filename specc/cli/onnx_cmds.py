@@ -43,11 +43,13 @@ def run_(
     ] = None,
     generate: Annotated[int | None, typer.Option("--generate", help="greedy-decode N new tokens")] = None,
     start_id: Annotated[
-        int,
+        int | None,
         typer.Option(
-            "--start-id", "--decoder-start-id", help="first decoder token of seq2seq models (specc's <bos> is 1)"
+            "--start-id",
+            "--decoder-start-id",
+            help="seq2seq models' first decoder token (default: the spec's decoder_start_token, else specc's <bos> 1)",
         ),
-    ] = 1,
+    ] = None,
     eos_id: Annotated[int | None, typer.Option("--eos-id", help="stop a row at this token")] = None,
     top_k: Annotated[int, typer.Option("--top-k", help="top-k ids shown per row")] = 5,
     bench: Annotated[bool, typer.Option("--bench", help="latency percentiles and tokens/s")] = False,
@@ -111,6 +113,8 @@ def _run(model, input_ids, inputs, random, provider, threads, generate, start_id
     from ..runtime.onnx_model import OrtModel
 
     m = OrtModel.open(model, provider.value, threads, verbose)
+    if start_id is None:
+        start_id = m.ir_meta.get("decoder_start_token_id", 1)
     if m.ir_meta.get("task") == "seq2seq":
         check_ids([start_id], m.vocab("decoder_input_ids"), "--start-id")
     check_ids([] if eos_id is None else [eos_id], m.vocab("decoder_input_ids") or m.vocab("input_ids"), "--eos-id")

@@ -40,11 +40,13 @@ def generate(
     seed: Annotated[int | None, typer.Option(help="seed of the sampler")] = None,
     eos_id: Annotated[int | None, typer.Option("--eos-id", help="stop once every row produced it")] = None,
     decoder_start_id: Annotated[
-        int,
+        int | None,
         typer.Option(
-            "--decoder-start-id", "--start-id", help="encoder-decoders: first decoder token (specc's <bos> is 1)"
+            "--decoder-start-id",
+            "--start-id",
+            help="encoder-decoders' first decoder token (default: the spec's decoder_start_token, else 1, <bos>)",
         ),
-    ] = 1,
+    ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="recompute the whole context each step")] = False,
     compile_: Annotated[
         bool,
@@ -100,12 +102,19 @@ def generate(
             hint="generate works with decoder, encoder_decoder and rnn_seq2seq specs",
         )
     meta = model.graph.meta
+    if "input_features" in model.graph.inputs:  # Whisper: the source is audio features, not prompt ids
+        raise SpecError(
+            f"{meta['name']} reads input_features (audio), not prompt ids: generate takes token prompts only",
+            hint="generate from features in Python: specc.build_torch(spec).generate(input_features, n)",
+        )
     context = meta.get("context")
     if context and not meta.get("max_positions"):  # learned tables bound prompt + new: the model checks that
         limits.bounded(max_new_tokens, "--max-new-tokens", 1, min(int(context), limits.MAX_NEW_TOKENS),
                        "the model's context")  # fmt: skip
     target = meta.get("target_vocab_size") or meta.get("vocab_size")
     check_ids(ids, meta.get("vocab_size"), "prompt id")
+    if decoder_start_id is None:
+        decoder_start_id = meta.get("decoder_start_token_id", 1)
     check_ids([decoder_start_id], target, "--decoder-start-id")
     check_ids([] if eos_id is None else [eos_id], target, "--eos-id")
     seq2seq = {"decoder_start_token_id": decoder_start_id} if model.STEP_INPUT == "decoder_input_ids" else {}

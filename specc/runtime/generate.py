@@ -160,8 +160,8 @@ def _seq2seq(
     eos_id: int | None,
     on_token: OnToken | None,
 ):
-    src = {k: v for k, v in feeds.items() if k in ("input_ids", "attention_mask")}
-    batch = feeds["input_ids"].shape[0]
+    src = {k: v for k, v in feeds.items() if k in ("input_ids", "attention_mask", "input_features")}  # (Whisper's)
+    batch = next(iter(src.values())).shape[0]
     dec = np.full((batch, 1), start_id, np.int64)
     stop = _Stopper(batch, eos_id, on_token)
     cached = model.kv_cache

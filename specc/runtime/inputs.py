@@ -140,6 +140,9 @@ def random_inputs(model: OrtModel, batch: int, seq: int, seed: int = 0) -> dict[
         elif spec.name == "pixel_values":
             dims = [batch, *(d if isinstance(d, int) else seq for d in spec.shape[1:])]
             feeds[spec.name] = rng.standard_normal(dims).astype(spec.dtype or np.float32)
+        elif spec.name == "input_features":  # Whisper: [B, mel_bins, 2·N] frames, N the encoder's length
+            dims = [batch, *(d if isinstance(d, int) else 2 * seq for d in spec.shape[1:])]
+            feeds[spec.name] = rng.standard_normal(dims).astype(spec.dtype or np.float32)
     return feeds
 
 

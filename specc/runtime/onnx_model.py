@@ -172,6 +172,13 @@ def check_ir_meta(ir: dict[str, Any], file: str) -> dict[str, Any]:
                 file=file,
                 hint="the model was edited or not exported by specc",
             )
+    start = ir.get("decoder_start_token_id")  # a token id: 0 allowed
+    if start is not None and (not isinstance(start, int) or isinstance(start, bool) or start < 0):
+        raise SpecError(
+            f"metadata 'specc.ir_meta': decoder_start_token_id must be a token id, got {read.json_kind(start)}",
+            file=file,
+            hint="the model was edited or not exported by specc",
+        )
     for key in ("task", "family", "name"):
         v = ir.get(key)
         if v is not None and not isinstance(v, str):
