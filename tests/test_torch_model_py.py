@@ -419,3 +419,24 @@ def generate(input_ids, n):
 
     got = namespace["generate"](torch.tensor([[-1.0, 2.0]]), 1)
     assert torch.equal(got[0], torch.tensor(1.0)) and torch.equal(got[2], torch.tensor([2.0])) and got[3] == 0
+
+
+@pytest.mark.parametrize(
+    ("preset", "family"),
+    [
+        ("llama2-7b", "Llama-style"),
+        ("mistral-7b", "Llama-style"),
+        ("qwen2.5-7b", "Llama-style"),
+        ("llama4-scout", "Llama 4"),
+    ],
+)
+def test_the_name_table_is_the_family_the_spec_names(preset: str, family: str) -> None:
+    """Llama 4's plan fills a Llama-2 graph too (and comes first in the registry, for telling checkpoints apart):
+    the family a spec's name mentions wins, so Llama-2's model.py reads mlp.gate_proj, not feed_forward.gate_proj."""
+    from specc.backends.torch.build import as_graph
+    from specc.backends.torch.standalone_names import hf_plan
+
+    plan = hf_plan(as_graph(specc.load_spec(preset)))
+    assert plan is not None and plan.family == family
+    sources = {s for rules in plan.rules.values() for r in rules for s in r.sources}
+    assert any(".feed_forward." in s for s in sources) == (family == "Llama 4")

@@ -618,13 +618,18 @@ class _Pruner(SourceText):
         one bound once to ``{}`` and only spread or passed (``fixed = {}``, ``**fixed``) read as nothing / ``{}``."""
         stores = Counter(n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load))
         params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
-        for stmt in ast.walk(fn):
-            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
-                continue
-            name, value = stmt.targets[0].id, stmt.value
+        pairs = [
+            (t, v)
+            for stmt in ast.walk(fn)
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            for t, v in _pairs(stmt.targets[0], stmt.value, False)  # prompt, fixed = input_ids, {} too
+            if isinstance(t, ast.Name) and v is not None
+        ]
+        for target, value in pairs:
+            name = target.id  # type: ignore[attr-defined]
             if stores[name] != 1 or name in params:
                 continue
-            loads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and n is not stmt.targets[0]]
+            loads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and n is not target]
             if isinstance(value, ast.Name) and value.id in params and not stores[value.id] and loads:
                 return self.replace(loads[0], value.id)
             if not (isinstance(value, ast.Dict) and not value.keys) or not loads:
