@@ -1,5 +1,6 @@
-"""The lowering package imports one way: the entry point → one module per model kind → the Transformer stack
-(``blocks``) → the shared ``context``; no module imports one above it or a sibling model kind."""
+"""The lowering package imports one way: the entry point → a model kind made of towers (``dual_encoder``) → one
+module per model kind → the Transformer stack (``blocks``) → the shared ``context``; no module imports one above it
+or a sibling of its own rank."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from specc.ir.lower import lower
 
 ROOT = Path(package.__file__).parent
 KINDS = {"decoder", "encoder", "encoder_decoder", "vit", "rnn_seq2seq"}
-RANK = {"context": 0, "blocks": 1, **dict.fromkeys(KINDS, 2), "__init__": 3}
+COMPOSITE_KINDS = {"dual_encoder"}  # a kind whose parts are other kinds' towers
+RANK = {"context": 0, "blocks": 1, **dict.fromkeys(KINDS, 2), **dict.fromkeys(COMPOSITE_KINDS, 3), "__init__": 4}
 
 
 def _siblings(path: Path) -> set[str]:
