@@ -135,3 +135,51 @@ def test_llama4_dense_moe_onnx_matches_hf(family, tmp_path: Path) -> None:
     x = _inputs(s)
     feeds = {i.name: x[i.name].numpy() for i in sess.get_inputs()}
     assert_close_to_hf(s, x, dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True)))
+
+
+def test_llama4_chunks_start_at_each_left_padded_rows_first_token(family, tmp_path: Path) -> None:
+    """Left padding of 3 and 5 (not multiples of the chunk of 4): HF starts a row's chunks at its first real
+    token, so do torch, ONNX, the KV-cache steps of both and model.py."""
+    s = family("llama4-chunked")
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, s.hf.config.vocab_size - 1, (3, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :3], mask[2, :5] = 0, 0
+    x = {"input_ids": ids, "attention_mask": mask}
+    with torch.no_grad():
+        ref = s.hf(**x).logits
+        model = specc.build_torch(s.spec, weights=s.weights)
+        got = model.run(dict(x))["logits"]
+    real = mask.bool()
+    tol = RTOL_OF_SCALE * max(1.0, float(ref.abs().max()))
+    torch.testing.assert_close(got[real], ref[real], atol=tol, rtol=0)
+
+    sess = ort.InferenceSession(str(specc.export_onnx(s.spec, tmp_path / "m.onnx", weights=s.weights)))
+    out = torch.from_numpy(sess.run(["logits"], {k: v.numpy() for k, v in x.items()})[0])
+    torch.testing.assert_close(out[real], ref[real], atol=tol, rtol=0)
+
+    n = 8
+    gc = s.hf.generation_config
+    gc.update(eos_token_id=None, forced_eos_token_id=None, pad_token_id=0, do_sample=False, num_beams=1)
+    with torch.no_grad():
+        want = s.hf.generate(**x, max_new_tokens=n, min_new_tokens=n)[:, -n:]
+        assert model.generate(ids, n, attention_mask=mask, use_cache=True)[:, -n:].tolist() == want.tolist()
+
+    from specc.backends.torch import write_model_py
+    from specc.runtime.generate import greedy
+    from specc.runtime.onnx_model import OrtModel
+
+    path = specc.export_onnx(s.spec, tmp_path / "kv.onnx", weights=s.weights, kv_cache=True)
+    feeds = {k: v.numpy() for k, v in x.items()}
+    assert greedy(OrtModel.open(path, provider="cpu", threads=2), feeds, n).tolist() == want.tolist()
+
+    import importlib.util
+
+    loaded = importlib.util.spec_from_file_location("llama4_chunkpad", write_model_py(s.spec, tmp_path / "l4.py"))
+    assert loaded and loaded.loader
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    standalone = module.build()
+    standalone.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(standalone(**x), got, atol=1e-5, rtol=1e-5)

@@ -4,8 +4,8 @@ A boolean ``keep`` mask broadcastable to ``[B, 1, N_q, N_k]`` (True = attend) is
 padding mask ``[B, 1, 1, N_k]`` from ``attention_mask`` (1 = keep) and the structural mask ``[N_q, N_k]``
 for sliding-window, prefix and chunked attention. Plain causal masks are never materialised: the standard op's
 ``is_causal`` (bottom-right aligned with a KV cache) and the contrib ops' built-in causality express them.
-Structure is by index (a left-padded row's tokens keep their distances), except the prefix, which counts each
-row's own positions when they follow the padding mask (positions.py).
+Structure is by index (a left-padded row's tokens keep their distances), except the prefix and the chunks, which count
+each row's own positions when they follow the padding mask (positions.py).
 """
 
 from __future__ import annotations
@@ -62,9 +62,19 @@ def structural_keep(b: GraphBuilder, op: Op, q: str) -> str | None:
         in_prefix = b.op("Less", [kpos, b.const(np.array(int(a.prefix), np.int64), "prefix")], scope="mask")
         keep = b.op("Or", [causal, in_prefix], scope="mask")
     elif kind == "chunked":
-        # causal inside each chunk of `chunk` positions (by index): k // chunk == q // chunk
+        # causal inside each chunk of `chunk` positions: k // chunk == q // chunk. When positions follow the
+        # padding mask they are each row's own (a left-padded row's chunks start at its first token, as HF's):
+        # [B, 1, N_q, N_k].
         chunk = b.const(np.array(int(a.chunk), np.int64), "chunk")
-        same = b.op("Equal", [b.op("Div", [kpos, chunk], scope="mask"), b.op("Div", [qpos, chunk], scope="mask")])
+        mask = follows_mask(b, op.stack)
+        kc, qc = kpos, qpos
+        if mask:
+            kc = b.op("Unsqueeze", [mask_positions(b, mask), b.i64(1, 2)], scope="mask")  # [B, 1, 1, Nk]
+            rows = b.op(
+                "Slice", [kc, b.op("Unsqueeze", [start, b.i64(0)], scope="mask"), b.i64(2**62), b.i64(3)], scope="mask"
+            )
+            qc = b.op("Transpose", [rows], scope="mask", perm=[0, 1, 3, 2])  # [B, 1, Nq, 1]
+        same = b.op("Equal", [b.op("Div", [kc, chunk], scope="mask"), b.op("Div", [qc, chunk], scope="mask")])
         keep = b.op("And", [causal, same], scope="mask")
     else:
         raise NotImplementedError(f"mask {kind}")

@@ -177,13 +177,13 @@ class CompiledDecoder:
         """The cache slots a layer reads: all, or the ``span`` around the new token its window (chunk) covers."""
         if span is None or span >= max_len:
             return torch.arange(max_len, device=slot.device)
-        first = slot - span + 1 if kind == "sliding_window" else slot // span * span
+        first = slot - span + 1  # a chunk too: a left-padded row's chunk starts at its own first token
         return first.clamp(0, max_len - span) + torch.arange(span, device=slot.device)
 
     def _allowed(self, core: SelfAttention, kind: str, idx: Tensor, slot: Tensor, pad: Tensor) -> Tensor:
         """Which of the slots ``idx`` the new token attends to [B, 1, 1, S], as AttentionCore.mask_for decides."""
         k, q = idx[None, None, None, :], slot[:, None, None, None]
-        if kind == "prefix" and self.follow:  # a row's prefix: its first real tokens
+        if kind in ("prefix", "chunked") and self.follow:  # a row's prefix (chunks): from its first real token
             pos = (pad.long().cumsum(-1) - 1).clamp(min=0)
             k, q = pos[:, idx][:, None, None, :], pos.gather(1, slot.expand(len(pad), 1))[:, :, None, None]
         written = (idx <= slot)[None, None, None, :] & pad[:, idx][:, None, None, :]  # written, not padding

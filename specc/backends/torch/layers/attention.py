@@ -44,8 +44,14 @@ class AttentionCore(nn.Module):
         else:
             device = pad.device if pad is not None else device
             q, k = torch.arange(offset, offset + n_q, device=device)[:, None], torch.arange(n_k, device=device)
-            if mask == "prefix" and state is not None and state.positions_from is not None and pad is not None:
-                k = (pad.long().cumsum(-1) - 1).clamp(min=0)[:, None, None, :]  # a row's prefix: its first real tokens
+            if (
+                mask in ("prefix", "chunked")
+                and state is not None
+                and state.positions_from is not None
+                and pad is not None
+            ):
+                # each row's own positions: its prefix (its chunks, as HF counts them) start at its first real token
+                k = (pad.long().cumsum(-1) - 1).clamp(min=0)[:, None, None, :]
                 q = k[..., -n_q:].transpose(-1, -2)
             allowed = self.allows(k, q).reshape(-1, 1, n_q, n_k)
             if pad is not None:
@@ -148,12 +154,13 @@ class WindowedAttention(SelfAttention):
     (chunked) layer reads its last ``window`` (``chunk``) cache entries, as a rolling cache would."""
 
     def visible(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
-        offset, n = k.shape[2] - q.shape[2], q.shape[2]  # cached entries before the new queries
+        offset = k.shape[2] - q.shape[2]  # cached entries before the new queries
         first = 0
         if self.mask == "sliding_window" and self.window:
             first = max(0, offset - self.window + 1)
         elif self.mask == "chunked" and self.chunk:
-            first = max(0, min(offset // self.chunk * self.chunk, offset + n - self.chunk))
+            # the chunk of a left-padded row starts at its own first token: keep what any row's chunk may hold
+            first = max(0, offset - self.chunk + 1)
         if not first or mask is None:
             return k, v, mask
         return k[:, :, first:], v[:, :, first:], mask[..., first:]
