@@ -78,6 +78,29 @@ def test_compiled_rope_gqa_sliding_window_decodes_like_eager_and_hf(tmp_path: An
     assert got[:, -NEW:].tolist() == _hf_generate(hf, ids)
 
 
+@pytest.mark.compile
+def test_compiled_chunked_layer_starts_chunks_at_each_rows_first_token(compiles: Any) -> None:
+    """A chunk of 3 and a row left-padded by 4: compiled steps read each row's own chunk, as eager ones do, and
+    the padded row decodes what it does alone."""
+    doc = {
+        "kind": "decoder", "name": "c", "vocab_size": 60, "context": 64, "d_model": 32, "blocks": 2,
+        "attention": {"heads": 4, "kv_heads": 2}, "mlp": {"type": "swiglu", "hidden": 40},
+        "norm": {"type": "rmsnorm"}, "bias": False, "init": {"std": 0.3},
+        "layer_kinds": {"chunk": {"attention": {"mask": "chunked", "chunk": 3}}, "full": {}},
+        "layer_pattern": ["chunk", "full"],
+    }  # fmt: skip
+    torch.manual_seed(0)
+    model = build_torch(load_spec(doc)).eval()
+    ids = torch.randint(3, 59, (2, 9), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+    with torch.no_grad():
+        got = model.generate(ids, 7, attention_mask=mask, compile=True)
+        assert compiles["stats"]["unique_graphs"] >= 1
+        assert torch.equal(got, model.generate(ids, 7, attention_mask=mask))
+        assert got[1:, -7:].tolist() == model.generate(ids[1:, 4:], 7)[:, -7:].tolist()
+
+
 @pytest.fixture
 def uncompiled(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """torch.compile as the identity: the static-cache step runs eagerly (its masks, slots and windows, fast)."""
