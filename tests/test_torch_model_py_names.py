@@ -202,6 +202,25 @@ def test_model_py_loads_fused_qkv_checkpoints(tmp_path: Path, case_id: str) -> N
         assert torch.equal(model.generate(one, 6), hf.generate(one, max_new_tokens=6, min_new_tokens=6))
 
 
+def test_a_fused_checkpoint_of_other_sizes_loads_through_build_config(tmp_path: Path) -> None:
+    """The table reads a fused tensor's slices as parts of it (gate | up of Phi-3's gate_up_proj), not as the sizes
+    model.py was written for: a file written for one width loads a narrower checkpoint of its family through
+    build(config=...), with HF's logits."""
+    base = FAMILY_BY_ID["phi3-fused"]
+    wide = type(base)(
+        base.id + "-wide", base.arch, {**base.config, "intermediate_size": 2 * base.config["intermediate_size"]}
+    )
+    hf, folder = save(base, tmp_path)
+    model_py = _model_py(import_hf(save(wide, tmp_path)[1]).spec, tmp_path / "model.py")
+    assert model_py.Config().hidden == 2 * base.config["intermediate_size"]  # the file's own width differs
+    assert '"parts"' in (tmp_path / "model.py").read_text()
+    config = model_py.Config(hidden=base.config["intermediate_size"])
+    model = model_py.build(weights=str(folder / "model.safetensors"), config=config)
+    ids = torch.randint(3, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-5, rtol=1e-5)
+
+
 def _how(name: str):
     from specc.backends.torch.standalone_names import HOW
 
@@ -223,12 +242,12 @@ def test_every_table_op_is_its_tensor_ops_twin() -> None:
         "stack": ([x, x + 1], (), lambda a: ops.stack(a)),
         "reshape": ([x], ((4, 36),), lambda a: ops.reshape(a[0], (4, 36))),
         "rows": ([x], (2,), lambda a: a[0][2:]),  # plan.rows_from slices
-        "narrow": ([x], (1, 1, 4), lambda a: ops.narrow(a[0], 1, 1, 4)),
+        "parts": ([x], (0, 1, 3, 4), lambda a: ops.narrow(a[0], 0, 6, 18)),  # parts 1:3 of 4 = rows 6:18 of 24
         "interleave": ([x], (1,), lambda a: ops.interleave(a[0], 1)),
         "regroup": ([x], (2, (2, 1, 1)), lambda a: ops.regroup(a[0], 2, (2, 1, 1))),
         "swap": ([x], (), lambda a: ops.swap(a[0])),
         "every": ([x], (1, 1, 2, True), lambda a: ops.swap(ops.every(a[0], 1, 1, 2))),
-        "narrow_swap": ([x], (1, 2, 5), lambda a: ops.swap(ops.narrow(a[0], 1, 2, 5))),
+        "parts_swap": ([x], (1, 1, 2, 3), lambda a: ops.swap(ops.narrow(a[0], 1, 2, 4))),
     }
     assert set(twins) == set(HOW)
     for name, (xs, args, twin) in twins.items():
@@ -270,7 +289,7 @@ def test_model_py_loads_alibi_and_gpt_oss_checkpoints(tmp_path: Path, case_id: s
         gpt_oss,
         not gpt_oss and not llama4,
     )
-    assert ('"narrow_swap"' in text, "class Temperature" in text) == (llama4, llama4)
+    assert ('"parts_swap"' in text, "class Temperature" in text) == (llama4, llama4)
     model = model_py.build(weights=str(folder / "model.safetensors"))
     ids = torch.randint(3, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

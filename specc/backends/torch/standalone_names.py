@@ -8,12 +8,13 @@ the table uses are written (``HOW``).
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from ...errors import SpecError
 from ...interop.registry import FAMILIES
-from ...interop.weight_map import Plan
+from ...interop.weight_map import Plan, Rule
 from ...ir.graph import LayerGraph
 
 # torch equivalents of specc.interop.tensor_ops, by a rule's op name: (tensors, *args) → tensor
@@ -24,13 +25,14 @@ HOW = {
     "stack": "lambda xs: torch.stack(xs)",
     "reshape": "lambda xs, shape: xs[0].reshape(shape)",
     "rows": "lambda xs, start: xs[0][start:]",
-    "narrow": "lambda xs, dim, start, stop: xs[0].narrow(dim, start, stop - start).contiguous()",
+    # parts a..b of a tensor cut into `of` equal parts along dim: shares, so a smaller build(config=...) loads too
+    "parts": "lambda xs, dim, a, b, of: torch.cat(xs[0].chunk(of, dim)[a:b], dim)",
     "interleave": "lambda xs, dim: xs[0].unflatten(dim, (2, -1)).transpose(dim, dim + 1).flatten(dim, dim + 1)",
     # rows stored group by group [g: sizes[0] blocks, sizes[1] blocks, ...] → part by part (NeoX/Falcon q/k/v)
     "regroup": "lambda xs, groups, sizes: torch.cat([p.flatten(0, 2) for p in xs[0].unflatten(0, "
     "(groups, sum(sizes), -1)).split(sizes, 1)])",
     "swap": "lambda xs: xs[0].transpose(-1, -2).contiguous()",
-    "narrow_swap": "lambda xs, dim, start, stop: xs[0].narrow(dim, start, stop - start).transpose(-1, -2).contiguous()",
+    "parts_swap": "lambda xs, dim, a, b, of: torch.cat(xs[0].chunk(of, dim)[a:b], dim).transpose(-1, -2).contiguous()",
     # entries start::step of an axis (GPT-OSS's interleaved gate / up), then maybe the last two axes swapped
     "every": "lambda xs, dim, start, step, swapped: (lambda y: y.transpose(-1, -2) if swapped else y)("
     "xs[0][(slice(None),) * dim + (slice(start, None, step),)]).contiguous()",
@@ -60,7 +62,7 @@ def hf_table(plan: Plan, vectors: set[str] = frozenset()) -> dict[str, list[tupl
     """specc name → alternatives (op | (op, *args), *HF names); ``*`` stands for the block index where every
     block's rule is the same up to it; a module's parameters in one ``module.`` entry where they rename alike
     (``vectors``: the 1-D parameters, which ``t`` leaves as they are)."""
-    exact = {t: [(_op(r.op, plan.after.get(t)), *r.sources) for r in rs] for t, rs in plan.rules.items()}
+    exact = {t: [(_op(_shares(r), plan.after.get(t)), *r.sources) for r in rs] for t, rs in plan.rules.items()}
     folded: dict[str, list[tuple[Any, ...]]] = {}
     keys: dict[str, list[str]] = {}
     clash: set[str] = set()
@@ -120,6 +122,17 @@ def _vector(key: str, vectors: set[str]) -> bool:
     """Whether ``key`` (``*`` a block index) names 1-D parameters."""
     pattern = re.escape(key).replace(r"\*", r"\d+")
     return any(re.fullmatch(pattern, v) for v in vectors)
+
+
+def _shares(rule: Rule) -> tuple[Any, ...]:
+    """A slice of a fused tensor as parts of it (``narrow`` 0:11008 of 22016 → parts 0:1 of 2): the plan's
+    families fuse in fixed ratios (gate | up, q | k v), so the parts hold for every size; the sizes do not."""
+    if not rule.op or rule.op[0] not in ("narrow", "narrow_swap"):
+        return rule.op
+    name, axis, start, stop = rule.op
+    size = rule.expect[0][axis]
+    unit = math.gcd(start, stop, size)
+    return ("parts" + name[len("narrow") :], axis, start // unit, stop // unit, size // unit)
 
 
 def _op(op: tuple[Any, ...], after: tuple[Any, ...] | None) -> Any:
