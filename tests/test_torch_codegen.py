@@ -23,7 +23,7 @@ from specc.backends.torch.codegen import model_source
 def test_gpt2_model_py_reads_like_hand_written_code(tmp_path: Path) -> None:
     path = write_model_py(specc.load_spec("gpt2"), tmp_path / "model.py")
     text = path.read_text()
-    assert len(text.splitlines()) <= 346  # the KV cache, generation, ties, HF names, a Config; only the paths it takes
+    assert len(text.splitlines()) <= 343  # the KV cache, generation, ties, HF names, a Config; only the paths it takes
     tree = ast.parse(text)
     classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
     assert classes.count("Block") == 1 and "Attention" in classes and "MLP" in classes

@@ -26,13 +26,14 @@ HOW = {
     "reshape": "lambda xs, shape: xs[0].reshape(shape)",
     "rows": "lambda xs, start: xs[0][start:]",
     # parts a..b of a tensor cut into `of` equal parts along dim: shares, so a smaller build(config=...) loads too
-    "parts": "lambda xs, dim, a, b, of: torch.cat(xs[0].chunk(of, dim)[a:b], dim)",
+    "parts": "lambda xs, dim, a, b, of: torch.cat(xs[0].tensor_split(of, dim)[a:b], dim)",
     "interleave": "lambda xs, dim: xs[0].unflatten(dim, (2, -1)).transpose(dim, dim + 1).flatten(dim, dim + 1)",
     # rows stored group by group [g: sizes[0] blocks, sizes[1] blocks, ...] → part by part (NeoX/Falcon q/k/v)
     "regroup": "lambda xs, groups, sizes: torch.cat([p.flatten(0, 2) for p in xs[0].unflatten(0, "
     "(groups, sum(sizes), -1)).split(sizes, 1)])",
     "swap": "lambda xs: xs[0].transpose(-1, -2).contiguous()",
-    "parts_swap": "lambda xs, dim, a, b, of: torch.cat(xs[0].chunk(of, dim)[a:b], dim).transpose(-1, -2).contiguous()",
+    "parts_swap": "lambda xs, dim, a, b, of: torch.cat(xs[0].tensor_split(of, dim)[a:b], dim)"
+    ".transpose(-1, -2).contiguous()",
     # entries start::step of an axis (GPT-OSS's interleaved gate / up), then maybe the last two axes swapped
     "every": "lambda xs, dim, start, step, swapped: (lambda y: y.transpose(-1, -2) if swapped else y)("
     "xs[0][(slice(None),) * dim + (slice(start, None, step),)]).contiguous()",

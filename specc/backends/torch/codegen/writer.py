@@ -235,8 +235,8 @@ class Body:
             vals = [self.value(v) for v in op.inputs]
             if op.kind not in OPERATOR_KINDS:  # call arguments: a sum needs no parentheses of its own
                 vals = [(self._bare(v, text), d) for v, (text, d) in zip(op.inputs, vals, strict=True)]
-            if op.name == self.w.head and self.w.generates:
-                vals[0] = (f"last_positions({vals[0][0]}, state)", vals[0][1] + 1)
+            if op.name == self.w.head and self.w.generates:  # named first: model.py writes x[:, -1:] in place
+                vals[0] = (f"last_positions({self._materialise(op.inputs[0])}, state)", 1)
             if op.kind == "linear" and self._feeds_jittered_router(op.name):
                 vals[0] = (f"self.{self._router_owner(op.name)}.route({vals[0][0]})", vals[0][1] + 1)
             expr = e.call(op, Call(f"self.{unit.key}", [v for v, _ in vals]))

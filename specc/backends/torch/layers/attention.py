@@ -92,7 +92,7 @@ class AttentionCore(nn.Module):
 
 
 class SelfAttention(AttentionCore):
-    """softmax(q kᵀ · scale + mask) v over a packed qkv projection, with RoPE and the KV cache."""
+    """softmax(q kᵀ · scale + mask) v over a packed [q | k | v] projection, with the KV cache."""
 
     def __init__(
         self,
