@@ -170,6 +170,63 @@ def sp_case(family: str) -> dict[str, Any]:
             "refused": refused}  # fmt: skip
 
 
+# the zoo's attention kinds under tp=2: T5's relative position bias (bidirectional in the encoder, causal in the
+# decoder; its table split by heads), Llama 4's chunked RoPE / NoPE layers with temperature tuning, weightless
+# QK-norm and input-weighted top-1 experts, ModernBERT's two-sided local windows
+ZOO = {
+    "t5": ("t5-base", [*TINY, "mlp.hidden=48", "shared_embeddings=false",
+                       "dropout={embedding: 0, attention: 0, residual: 0}"]),
+    "llama4": ("llama4-scout", [*TINY, "blocks=4", "attention.kv_heads=2", "mlp.hidden=16", "mlp.shared.hidden=16",
+               "mlp.experts=4", "layer_kinds.rope.attention.chunk=4", "layer_kinds.nope.attention.temperature.floor=2",
+               "position.scaling.original_max_positions=8", "layer_pattern=[rope, nope]"]),
+    "modernbert": ("modernbert-base", [*TINY, "blocks=3", "mlp.hidden=48", "layer_kinds.local.attention.window=4"]),
+}  # fmt: skip
+
+
+def zoo_case(family: str) -> dict[str, Any]:
+    """Weights redrawn at std 0.2 (so every bias and norm matters), then split: logits with left padding,
+    gradients, and greedy KV-cache tokens against the whole model."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    import specc
+    from specc.analysis.layouts.shard import per_device_weight_bytes
+    from specc.backends.torch import example_inputs
+
+    preset, sets = ZOO[family]
+    spec = specc.load_spec(preset, sets)
+    ref, model = specc.build_torch(spec), specc.build_torch(spec)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.normal_(1.0 if p.ndim == 1 else 0.0, 0.2, generator=g)  # norm scales near 1
+    model.load_state_dict(ref.state_dict())
+    model = specc.parallelize(model, init_device_mesh("cpu", (2,), mesh_dim_names=("tp",)))
+    inputs = example_inputs(ref.graph, batch=3, length=9)
+    if "attention_mask" in inputs:
+        inputs["attention_mask"][0, :3] = 0  # left padding
+    out = {}
+    with torch.no_grad():
+        out["scale"] = float(ref(**inputs).abs().max())
+        out["logits"] = float((ref(**inputs) - model(**inputs)).abs().max())
+        if family != "modernbert":
+            ids = inputs["input_ids"][:2, :4]
+            out["tokens_equal"] = torch.equal(ref.generate(ids, 5), model.generate(ids, 5))
+    ref.train(), model.train()
+    for m in (ref, model):
+        m(**inputs).square().mean().backward()
+    out["grads"] = _max_diff(_full_grads(model), {n: p.grad for n, p in ref.named_parameters()})
+    out["grad_scale"] = max(float(p.grad.abs().max()) for p in ref.parameters() if p.grad is not None)
+    local = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
+    rank = dist.get_rank()
+    out["bytes_equal"] = sum(t.numel() * 4 for t in local) == per_device_weight_bytes(ref.graph, tp=2, tp_rank=rank)
+    return out
+
+
+def zoo_cases() -> dict[str, dict[str, Any]]:
+    return {family: zoo_case(family) for family in ZOO}
+
+
 def tp_case(family: str, ckpt: str) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
@@ -248,6 +305,15 @@ def test_tp2_logits_gradients_generation_and_bytes_equal_single_process(cli, tmp
         for res in (r[f"{family}+sp"] for r in ranks):
             assert res["logits"] < 1e-5 and res["grads"] < 1e-5, (family, res)
             assert "no cached decoding" in res["refused"][0] and "multiple of tp=2" in res["refused"][1], res
+
+
+def test_tp2_runs_relative_bias_chunked_and_local_attention_as_the_single_process() -> None:
+    for ranks in zip(*(r.values() for r in spawn(2, zoo_cases)), strict=True):
+        for res in ranks:
+            assert res["scale"] > 0.1, res  # redrawn weights: logits far from zero
+            assert res["logits"] < 1e-5 * res["scale"] and res["grads"] < 1e-5 * res["grad_scale"], res
+            assert res.get("tokens_equal", True), res
+            assert res["bytes_equal"], res  # the analyzer's per-device weights: the table split by heads too
 
 
 def _check_tp(cli: Any, family: str, results: list[dict[str, Any]], folder: Path) -> None:

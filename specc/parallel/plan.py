@@ -15,6 +15,7 @@ Each op that owns (or ties) a weight gets one rule:
 - ``head_norm``: a QK-norm per head on a packed projection (kept whole; each rank normalises its heads).
 - ``full_norm``: a QK-norm over a whole q or k projection (``qk_norm: full``): its weight split with the
   projection's rows, the mean square all-reduced over tp (``specc.parallel.qknorm``).
+- ``bias_heads``: a relative position bias table [buckets, heads] (T5) split by heads, as the attention reading it.
 - ``replicate``: everything else (norms, positions, routers, pooled heads, embeddings other ops tie to).
 
 ``local_params(graph, tp)`` counts what one rank holds under this plan; ``check_tensor_parallel`` refuses a
@@ -37,7 +38,8 @@ KNOWN = TENSOR_PARALLEL_KINDS
 
 @dataclass(frozen=True)
 class Rule:
-    # heads | head_norm | full_norm | colwise | rowwise | vocab_embed | vocab_head | tied_head | experts | replicate
+    # heads | head_norm | full_norm | colwise | rowwise | vocab_embed | vocab_head | tied_head | experts | bias_heads
+    # | replicate
     style: str
     parts: tuple[int, ...] = ()  # heads: head counts of the packed parts, in row order
     head_dim: int = 0
@@ -64,6 +66,8 @@ def tensor_plan(graph: LayerGraph) -> dict[str, Rule]:
                     plan[dst] = Rule("rowwise")
         elif op.kind == "moe":
             plan[op.name] = Rule("experts")
+        elif op.kind == "relative_bias":  # each rank's heads' column of the table (the heads of every layer it feeds)
+            plan[op.name] = Rule("bias_heads")
     for op in graph.ops():
         if op.kind == "linear" and op.name not in plan:
             feeders = _colwise_feeders(graph, op)
@@ -161,7 +165,7 @@ def split_axis(rule: Rule, local: str) -> int | None:
     style = rule.style
     if style in ("heads", "full_norm", "colwise", "vocab_embed", "vocab_head", "tied_head"):
         return 0
-    if style == "rowwise":
+    if style in ("rowwise", "bias_heads"):
         return 1 if local == "weight" else None
     if style == "experts":
         if local in ("w_gate", "w_up", "w_in", "b_gate", "b_up", "b_in"):

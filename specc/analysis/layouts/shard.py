@@ -119,6 +119,8 @@ def _dims(op: Op, role: str, local: str, shape: tuple[int, ...]) -> tuple[int | 
         if local in ("w_down", "w_out"):
             hidden_dim = 2
         return hidden_dim, 0
+    if op.kind == "relative_bias":  # the table [buckets, heads] split with the heads that read it
+        return 1, None
     if role in ("column", "vocab"):
         return 0, None
     if role == "row" and local == "weight":
