@@ -218,8 +218,8 @@ def zoo_case(family: str) -> dict[str, Any]:
     out["grads"] = _max_diff(_full_grads(model), {n: p.grad for n, p in ref.named_parameters()})
     out["grad_scale"] = max(float(p.grad.abs().max()) for p in ref.parameters() if p.grad is not None)
     local = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
-    rank = dist.get_rank()
-    out["bytes_equal"] = sum(t.numel() * 4 for t in local) == per_device_weight_bytes(ref.graph, tp=2, tp_rank=rank)
+    held = sum(t.numel() * t.element_size() for t in local)
+    out["bytes_equal"] = held == per_device_weight_bytes(ref.graph, tp=2, tp_rank=dist.get_rank())
     return out
 
 
