@@ -182,6 +182,15 @@ def test_inference_kv_cache_per_device() -> None:
     assert c.memory["total"] == c.memory["weights"] + c.memory["kv_cache"]
 
 
+def test_a_latent_kv_cache_is_whole_on_every_tp_rank() -> None:
+    """MLA caches the latent and the rotary key (kv_rank + rope_head_dim per token, every head reads them): tp
+    splits the heads after the latent, so each rank holds the whole cache, while its weights shrink."""
+    g = _graph("deepseek-v3", "blocks=4", "layer_pattern=[dense, moe, moe, moe]")
+    one, two = (analyze_layout(g, Layout(tp=tp), training=Training(global_batch=2), seq=1024) for tp in (1, 2))
+    assert one.memory["kv_cache"] == two.memory["kv_cache"] == 4 * 1024 * (512 + 64) * 2 * 2
+    assert two.memory["weights"] < 0.6 * one.memory["weights"]
+
+
 def test_weights_match_the_torch_distributed_plan() -> None:
     """The runtime's tensor-parallel plan (specc.parallel, DTensor) holds exactly these bytes per rank."""
     runtime = pytest.importorskip("specc.parallel.plan")

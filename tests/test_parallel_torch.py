@@ -127,9 +127,13 @@ def _ties_held(model: torch.nn.Module) -> list[bool]:
     return [model.get_submodule(a.rpartition(".")[0]).weight is model.get_parameter(o) for a, o in model.TIED.items()]
 
 
-def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+def _max_diff(a: dict[str, torch.Tensor | None], b: dict[str, torch.Tensor | None]) -> float:
+    """Largest difference; a tensor without a gradient (a router's bias, a layer nothing reached) has none in
+    both models, or the difference is infinite."""
     assert set(a) == set(b)
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
+    if any((a[k] is None) != (b[k] is None) for k in a):
+        return float("inf")
+    return max(float((a[k] - b[k]).abs().max()) for k in a if a[k] is not None)
 
 
 # ------------------------------------------------------------------------------------------------ workers
@@ -172,7 +176,8 @@ def sp_case(family: str) -> dict[str, Any]:
 
 # the zoo's attention kinds under tp=2: T5's relative position bias (bidirectional in the encoder, causal in the
 # decoder; its table split by heads), Llama 4's chunked RoPE / NoPE layers with temperature tuning, weightless
-# QK-norm and input-weighted top-1 experts, ModernBERT's two-sided local windows
+# QK-norm and input-weighted top-1 experts, ModernBERT's two-sided local windows, DeepSeek's latent attention
+# (q through a low-rank q_a / q_b, or one q projection; YaRN RoPE or plain; group-limited routed experts)
 ZOO = {
     "t5": ("t5-base", [*TINY, "mlp.hidden=48", "shared_embeddings=false",
                        "dropout={embedding: 0, attention: 0, residual: 0}"]),
@@ -180,6 +185,14 @@ ZOO = {
                "mlp.experts=4", "layer_kinds.rope.attention.chunk=4", "layer_kinds.nope.attention.temperature.floor=2",
                "position.scaling.original_max_positions=8", "layer_pattern=[rope, nope]"]),
     "modernbert": ("modernbert-base", [*TINY, "blocks=3", "mlp.hidden=48", "layer_kinds.local.attention.window=4"]),
+    "deepseek": ("deepseek-v3", [*TINY, "mlp.hidden=16", "mlp.experts=8", "mlp.active=3", "mlp.router.groups=2",
+                 "mlp.router.top_groups=1", "mlp.shared.hidden=16", "layer_kinds.dense.mlp.hidden=48",
+                 "layer_pattern=[dense, moe]", "position.scaling.original_max_positions=8",
+                 "attention.latent={kv_rank: 16, q_rank: 24, rope_head_dim: 8, nope_head_dim: 12, v_head_dim: 10}"]),
+    "deepseek_q": ("deepseek-v3", [*TINY, "mlp.hidden=16", "mlp.experts=4", "mlp.active=2", "mlp.router.groups=1",
+                   "mlp.router.top_groups=1", "mlp.shared.hidden=16", "layer_kinds.dense.mlp.hidden=48",
+                   "layer_pattern=[dense, moe]", "position=rotary",
+                   "attention.latent={kv_rank: 12, rope_head_dim: 4, nope_head_dim: 8, v_head_dim: 6}"]),
 }  # fmt: skip
 
 
@@ -307,7 +320,7 @@ def test_tp2_logits_gradients_generation_and_bytes_equal_single_process(cli, tmp
             assert "no cached decoding" in res["refused"][0] and "multiple of tp=2" in res["refused"][1], res
 
 
-def test_tp2_runs_relative_bias_chunked_and_local_attention_as_the_single_process() -> None:
+def test_tp2_runs_relative_bias_chunked_local_and_latent_attention_as_the_single_process() -> None:
     for ranks in zip(*(r.values() for r in spawn(2, zoo_cases)), strict=True):
         for res in ranks:
             assert res["scale"] > 0.1, res  # redrawn weights: logits far from zero

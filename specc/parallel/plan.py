@@ -16,6 +16,10 @@ Each op that owns (or ties) a weight gets one rule:
 - ``full_norm``: a QK-norm over a whole q or k projection (``qk_norm: full``): its weight split with the
   projection's rows, the mean square all-reduced over tp (``specc.parallel.qknorm``).
 - ``bias_heads``: a relative position bias table [buckets, heads] (T5) split by heads, as the attention reading it.
+- ``latent_heads``: multi-head latent attention (DeepSeek-V2/V3), split by heads as Megatron-Core splits it: the
+  query projection (``q`` or ``q_b``) by heads, the core's per-head up-projection ``kv_b`` by heads (rows), the
+  output row-wise; the KV latent (``kv_a``, ``kv_a_norm``, ``q_a``) is replicated, so every rank's cache holds
+  the whole latent and the latent's gradient is summed over the ranks.
 - ``replicate``: everything else (norms, positions, routers, pooled heads, embeddings other ops tie to).
 
 ``local_params(graph, tp)`` counts what one rank holds under this plan; ``check_tensor_parallel`` refuses a
@@ -39,7 +43,7 @@ KNOWN = TENSOR_PARALLEL_KINDS
 @dataclass(frozen=True)
 class Rule:
     # heads | head_norm | full_norm | colwise | rowwise | vocab_embed | vocab_head | tied_head | experts | bias_heads
-    # | replicate
+    # | latent_heads | replicate
     style: str
     parts: tuple[int, ...] = ()  # heads: head counts of the packed parts, in row order
     head_dim: int = 0
@@ -61,6 +65,14 @@ def tensor_plan(graph: LayerGraph) -> dict[str, Rule]:
                     plan[src] = Rule("heads", parts, d)
                     for n in norms:  # a norm per head, or over the whole q (or k) projection
                         plan[n] = Rule("head_norm" if graph.op(n).attrs.dim == d else "full_norm", parts, d)
+            for dst in g.successors(op.name):
+                if _is_linear(graph, dst):
+                    plan[dst] = Rule("rowwise")
+        elif op.kind == "latent_attention":
+            h, d = op.attrs.heads, op.attrs.nope_head_dim + op.attrs.rope_head_dim
+            plan[op.name] = Rule("latent_heads", (h,), d)
+            if _is_linear(graph, op.inputs[0]):  # q [B, N, heads · (nope + rope)]: heads in row order
+                plan[op.inputs[0]] = Rule("heads", (h,), d)
             for dst in g.successors(op.name):
                 if _is_linear(graph, dst):
                     plan[dst] = Rule("rowwise")
@@ -148,6 +160,8 @@ def check_tensor_parallel(graph: LayerGraph, tp: int) -> None:
             if h % tp or k % tp:
                 what = f"heads {h}" if h % tp else f"kv_heads {k}"
                 problems.append(f"{op_name}: {what} is not divisible by tp={tp}")
+        elif rule.style == "latent_heads" and op.attrs.heads % tp:
+            problems.append(f"{op_name}: heads {op.attrs.heads} is not divisible by tp={tp}")
         elif rule.style == "colwise" and op.attrs.out_features % tp:
             problems.append(f"{op_name}: {op.attrs.out_features} hidden units are not divisible by tp={tp}")
         elif rule.style == "experts" and op.attrs.hidden % tp:
@@ -165,6 +179,8 @@ def split_axis(rule: Rule, local: str) -> int | None:
     style = rule.style
     if style in ("heads", "full_norm", "colwise", "vocab_embed", "vocab_head", "tied_head"):
         return 0
+    if style == "latent_heads":  # kv_b.weight [heads · (nope + v), kv_rank]
+        return 0 if local == "kv_b.weight" else None
     if style in ("rowwise", "bias_heads"):
         return 1 if local == "weight" else None
     if style == "experts":

@@ -27,15 +27,24 @@ from torch.distributed.tensor import (
 from torch.distributed.tensor.parallel import ParallelStyle
 
 
+def _owned(module: nn.Module, placements: dict[str, Placement]) -> list[tuple[nn.Module, str, str]]:
+    """(holder, local name, name in ``placements``) of the module's own parameters and of those ``placements``
+    names inside a child (``kv_b.weight``: a projection the module also reads outside the child's forward)."""
+    nested = [name.rpartition(".") for name in placements if "." in name]
+    return [(module, n, n) for n, _ in module.named_parameters(recurse=False)] + [
+        (module.get_submodule(path), local, f"{path}.{local}") for path, _, local in nested
+    ]
+
+
 def _distribute(
     module: nn.Module, mesh: DeviceMesh, placements: dict[str, Placement], skip: tuple[str, ...] = ()
 ) -> None:
-    for name, param in list(module.named_parameters(recurse=False)):
-        if isinstance(param, DTensor) or name in skip:
+    for holder, local, name in _owned(module, placements):
+        param = holder._parameters[local]
+        if param is None or isinstance(param, DTensor) or name in skip:
             continue
-        place = placements.get(name, Replicate())
-        dist = distribute_tensor(param.data, mesh, [place], src_data_rank=0)
-        module.register_parameter(name, nn.Parameter(dist, requires_grad=param.requires_grad))
+        dist = distribute_tensor(param.data, mesh, [placements.get(name, Replicate())], src_data_rank=0)
+        holder.register_parameter(local, nn.Parameter(dist, requires_grad=param.requires_grad))
 
 
 class TiedHead(ParallelStyle):
@@ -75,12 +84,20 @@ class LocalParams(ParallelStyle):
     hidden units: a mixture of experts), so its tensor inputs are all-reduced in backward and its output in
     forward; an ``aux_loss`` it sets is the same on every rank, so its gradient is divided by the ranks that
     sum it. ``own``: the module sees only this rank's part of its input (a QK-norm over local heads), so the
-    gradients of its whole parameters are summed over the ranks.
+    gradients of its whole parameters are summed over the ranks. ``summed``: positions of inputs that arrive
+    whole on every rank while the module reads them for its own heads only (latent attention's KV latent), so
+    their gradients are summed in backward.
     """
 
-    def __init__(self, placements: dict[str, Placement] | None = None, partial: bool = False, own: bool = False):
+    def __init__(
+        self,
+        placements: dict[str, Placement] | None = None,
+        partial: bool = False,
+        own: bool = False,
+        summed: tuple[int, ...] = (),
+    ):
         super().__init__()
-        self.placements, self.partial, self.own = placements or {}, partial, own
+        self.placements, self.partial, self.own, self.summed = placements or {}, partial, own, summed
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         return distribute_module(
@@ -92,17 +109,19 @@ class LocalParams(ParallelStyle):
         )
 
     def _inputs(self, module: nn.Module, inputs: tuple[Any, ...], mesh: DeviceMesh) -> tuple[Any, ...]:
-        for name, param in module.named_parameters(recurse=False):
+        for holder, local, _ in _owned(module, self.placements):
+            param = holder._parameters[local]
             if isinstance(param, DTensor):
                 grads = [Partial()] if self.own else None  # each rank's share of a whole parameter's gradient
-                module.__dict__[name] = param.to_local(grad_placements=grads)
-        if not self.partial:
-            return inputs
-        return tuple(_sum_grads(x, mesh) if isinstance(x, torch.Tensor) else x for x in inputs)
+                holder.__dict__[local] = param.to_local(grad_placements=grads)
+        summed = range(len(inputs)) if self.partial else self.summed
+        return tuple(
+            _sum_grads(x, mesh) if i in summed and isinstance(x, torch.Tensor) else x for i, x in enumerate(inputs)
+        )
 
     def _outputs(self, module: nn.Module, out: Any, mesh: DeviceMesh) -> Any:
-        for name, _ in module.named_parameters(recurse=False):
-            module.__dict__.pop(name, None)
+        for holder, local, _ in _owned(module, self.placements):
+            holder.__dict__.pop(local, None)
         if not self.partial:
             return out
         aux = getattr(module, "aux_loss", None)

@@ -95,6 +95,10 @@ def apply_tensor_parallel(
         if not _held(model, name):  # another pipeline stage holds it (specc.parallel.pipeline)
             continue
         module = model.get_submodule(name)
+        if op.kind == "latent_attention":  # its heads' rows of kv_b; the latent whole, its gradient summed
+            module.heads = module.kv_heads = rule.parts[0] // tp
+            plan[name] = LocalParams({"kv_b.weight": Shard(0)}, summed=(1,))
+            continue
         if op.kind == "attention":
             module.heads, module.kv_heads = rule.parts[0] // tp, rule.parts[1] // tp
             if hasattr(module, "head_start"):  # per-head constants (ALiBi's slopes): this rank's heads
@@ -118,7 +122,9 @@ def apply_tensor_parallel(
         plan[name] = style
     moe = {op.name for op in graph.ops() if op.kind == "moe"} if not experts else set()
     for pname, _ in model.named_parameters():  # every parameter is an IR op's: none stays a plain tensor
-        if pname.rpartition(".")[0] not in plan and pname.rpartition(".")[0] not in moe:
+        scope = pname.rpartition(".")[0]
+        held = scope in plan or scope in moe or scope.rpartition(".")[0] in plan  # latent attention's kv_b
+        if not held:
             raise AssertionError(f"{pname}: no tensor-parallel rule")
     if sequence:
         from .sequence import guard, sequence_plan

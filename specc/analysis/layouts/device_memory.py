@@ -146,7 +146,8 @@ def stage_memory(
             items = {"weights": (dense + expert) * prof.elem_bytes, "gradients": 0, "optimizer_states": 0}
             items["activations"] = 0
             seqs = t.global_batch // lay.dp
-            items["kv_cache"] = _div(stages[s].kv_cache * seqs, lay.tp * lay.cp)
+            whole = stages[s].kv_cache_whole  # MLA's latent: on every tp rank (its heads are split after it)
+            items["kv_cache"] = _div((stages[s].kv_cache - whole) * seqs, lay.tp * lay.cp) + _div(whole * seqs, lay.cp)
         keys = ITEMS[:-1]
         if runtime is not None:  # what the runtime holds besides the model's tensors (device profile data)
             local = dense + expert

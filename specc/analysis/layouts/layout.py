@@ -113,11 +113,13 @@ class GraphFacts:
     hidden_units: tuple[int, ...]  # MLP / expert hidden widths
     blocks: int
     experts: int | None
-    latent: bool = False  # multi-head latent attention: no tensor- or context-parallel plan (yet)
+    latent: bool = False  # multi-head latent attention: split by heads over tp; no context-parallel plan (yet)
 
 
 def graph_facts(g: LayerGraph) -> GraphFacts:
     heads = next(((int(o.attrs.heads), int(o.attrs.kv_heads)) for o in g.ops() if o.kind == "attention"), None)
+    latent = next((int(o.attrs.heads) for o in g.ops() if o.kind == "latent_attention"), None)
+    heads = heads or (None if latent is None else (latent, latent))  # MLA: every head its own K/V
     return GraphFacts(
         str(g.meta.get("name", "this spec")),
         str(g.meta.get("family", "")),
@@ -134,13 +136,12 @@ def check_layout(g: LayerGraph | GraphFacts, lay: Layout, seq: int) -> None:
     """Refuse a layout the graph cannot be split into, naming the spec key in the way."""
     f = g if isinstance(g, GraphFacts) else graph_facts(g)
     heads = f.heads
-    for n, what in ((lay.tp, "tp"), (lay.cp, "cp")):
-        if n > 1 and f.latent:  # the torch runtime has no plan for it either (specc.parallel.plan)
-            raise LayoutError(
-                f"{what}={n}: latent attention (MLA) has no {'tensor' if what == 'tp' else 'context'}-parallel plan",
-                key=("attention", "latent"),
-                hint=f"use {what}=1 (dp, pp and ep apply)",
-            )
+    if lay.cp > 1 and f.latent:  # the torch runtime has no plan for it either
+        raise LayoutError(
+            f"cp={lay.cp}: latent attention (MLA) has no context-parallel plan",
+            key=("attention", "latent"),
+            hint="use cp=1 (dp, tp, pp and ep apply)",
+        )
     if lay.tp > 1:
         if heads is None or f.recurrent:
             raise LayoutError(

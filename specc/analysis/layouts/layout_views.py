@@ -18,7 +18,7 @@ MEMORY_NOTES = {
     "gradients": "one per parameter, dtype bytes (/N_d under ZeRO-2 and -3)",
     "optimizer_states": "Adam: fp32 master + m + v = 12 B/param mixed precision, 8 B fp32 (/N_d from ZeRO-1)",
     "activations": "Korthikanti et al. 2022 from the graph: /tp, /tp with SP, recompute; × micro-batches in flight",
-    "kv_cache": "inference: the replica's G/dp sequences, KV heads / tp, tokens / cp",
+    "kv_cache": "inference: the replica's G/dp sequences, KV heads / tp (MLA's latent whole), tokens / cp",
     "recompute_transient": "backward with recompute: one block's activations regenerated on top of what was kept",
     "optimizer_transient": "the optimizer step's fp32 gradient copy (4 B/param; sharded away from ZeRO-1)",
     "comm_buffers": "communication library buffers (device profile) + FSDP's gathered blocks (current + prefetch)",

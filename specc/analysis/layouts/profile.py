@@ -70,6 +70,7 @@ class OpProfile:
     logits: int = 0  # output head: the fp32 logits the cross-entropy keeps (part of saved_sharded)
     torch_extra: int = 0  # kept beyond saved_* by torch's eager ops (Mem.saved_torch; sharded iff ``sharded``)
     torch_cpu_extra: int = 0  # … and beyond that on the CPU (Mem.saved_torch_cpu: norms, replicated)
+    kv_cache_whole: int = 0  # the part of kv_cache every tp rank holds whole (MLA's latent and rotary key)
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,6 +105,7 @@ class Stage:
     torch_cpu_outside: int = 0
     torch_attention: int = 0  # the attention cores' part of torch_sharded (the packed q|k|v rotary leaves)
     logits: int = 0  # the fp32 logits the cross-entropy keeps (in outside_sharded: vocabulary-parallel)
+    kv_cache_whole: int = 0  # the part of kv_cache not split by tp (MLA's replicated latent)
 
 
 def _stage(ops: Counter[OpProfile], key: int) -> Stage:
@@ -140,6 +142,7 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         total("torch_cpu_extra", False),
         sum(c * p.torch_extra for p, c in items if p.attention),
         total("logits"),
+        total("kv_cache_whole"),
     )
 
 
@@ -252,6 +255,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     selective_sharded=sel_s,
                     block_input=block_input,
                     kv_cache=kv,
+                    kv_cache_whole=kv if op.kind == "latent_attention" else 0,
                     tp_fwd=tp_fwd,
                     tp_bwd=tp_bwd,
                     kv_bytes=kv_bytes,

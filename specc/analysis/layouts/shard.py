@@ -11,6 +11,9 @@ Rules (Megatron-LM's, as ``torch.distributed.tensor.parallel`` expresses them), 
   weight and bias along the vocabulary); a tied head owns no tensor; a table another embedding shares (an
   encoder-decoder's shared vocabulary) is kept whole;
 - ``moe`` experts ``[E, out, in]`` split the experts (dim 0) over ``ep`` and their hidden units over ``tp``;
+- multi-head latent attention (DeepSeek-V2/V3) splits by heads as Megatron-Core does: the query projection
+  (``q`` or ``q_b``) column-parallel, the core's up-projection ``kv_b`` by its head rows, the output row-parallel;
+  the KV latent (``q_a``, ``kv_a`` and their norms) is replicated;
 - a QK-norm over a whole q or k projection (``qk_norm: full``) splits its weight with the projection's rows
   (the mean square is all-reduced); a QK-norm per head is kept whole;
 - everything else is replicated: norms, position tables, routers, pooler and classifier heads, patch
@@ -67,7 +70,7 @@ def tp_role(g: LayerGraph, op: Op) -> str:
     if op.kind == "embedding":
         shared = any(o.kind == "embedding" and o.attrs.tied_to == f"{op.name}.weight" for o in g.ops())
         return "replicated" if shared else "vocab"  # a table another embedding reads is kept whole
-    if op.kind == "attention":  # its only parameters, the sinks, are one per head: split with the heads
+    if op.kind in ("attention", "latent_attention"):  # sinks (one per head), kv_b's head rows: split with the heads
         return "column"
     if op.kind == "slice_rmsnorm":  # qk_norm: full splits with its projection's rows; a norm per head is whole
         dims = [g.op(s).attrs.head_dim for s in _consumers(g, op.name) if g.op(s).kind == "attention"]
@@ -76,6 +79,9 @@ def tp_role(g: LayerGraph, op: Op) -> str:
         return "replicated"
     if op.category == "lm_head":
         return "vocab"
+    latent = [s for s in _consumers(g, op.name) if g.op(s).kind == "latent_attention"]
+    if latent:  # the query projection splits by heads; the KV latent (through its norm) is whole on every rank
+        return "column" if g.op(latent[0]).inputs[0] == op.name else "replicated"
     if any(_shards_heads_or_units(g.op(s)) for s in _consumers(g, op.name)):
         return "column"
     src = op.inputs[0]
@@ -98,7 +104,7 @@ def _is_op(g: LayerGraph, name: str) -> bool:
 
 
 def _shards_heads_or_units(op: Op) -> bool:
-    return op.kind in _FEEDS or (op.kind == "activation" and op.layer is not None)
+    return op.kind in (*_FEEDS, "latent_attention") or (op.kind == "activation" and op.layer is not None)
 
 
 def param_shards(g: LayerGraph) -> list[ParamShard]:

@@ -17,7 +17,7 @@ from .layout import Layout
 TENSOR_PARALLEL_KINDS = frozenset({
     "embedding", "type_embedding", "learned_pos", "sinusoidal_pos", "learned_pos_2d", "sinusoidal_pos_2d",
     "patch_embed", "cls_token", "layernorm", "rmsnorm", "slice_rmsnorm", "linear", "activation", "glu", "add",
-    "scale", "softcap", "sigmoid_gate", "dropout", "pool", "attention", "moe", "relative_bias",
+    "scale", "softcap", "sigmoid_gate", "dropout", "pool", "attention", "latent_attention", "moe", "relative_bias",
 })  # fmt: skip
 PIPELINE_SCHEDULE = "1f1b"  # train's default --pipeline-schedule, the schedule the plan search prices
 
