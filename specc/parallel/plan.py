@@ -9,8 +9,9 @@ Each op that owns (or ties) a weight gets one rule:
 - ``colwise`` / ``rowwise``: a linear pair with only per-unit ops between them (activation, glu, dropout: the
   classic MLP's fc1 → fc2, SwiGLU's gate and up → down) is split by hidden units; a linear that reads an
   attention op's merged heads is row-wise.
-- ``vocab_embed`` / ``vocab_head`` / ``tied_head``: the token embedding and the output head are split by
-  vocabulary rows; a head tied to the embedding reads the embedding's shard.
+- ``vocab_embed`` / ``vocab_head`` / ``tied_head`` / ``tied_embed``: the token embedding and the output head are
+  split by vocabulary rows; a head tied to the embedding, and an embedding that shares another's table (an
+  encoder-decoder's one vocabulary: T5, BART), read the owner's shard.
 - ``experts``: a mixture of experts is split by hidden units inside every expert.
 - ``head_norm``: a QK-norm per head on a packed projection (kept whole; each rank normalises its heads).
 - ``full_norm``: a QK-norm over a whole q or k projection (``qk_norm: full``): its weight split with the
@@ -20,7 +21,7 @@ Each op that owns (or ties) a weight gets one rule:
   query projection (``q`` or ``q_b``) by heads, the core's per-head up-projection ``kv_b`` by heads (rows), the
   output row-wise; the KV latent (``kv_a``, ``kv_a_norm``, ``q_a``) is replicated, so every rank's cache holds
   the whole latent and the latent's gradient is summed over the ranks.
-- ``replicate``: everything else (norms, positions, routers, pooled heads, embeddings other ops tie to).
+- ``replicate``: everything else (norms, positions, routers, pooled heads).
 
 ``local_params(graph, tp)`` counts what one rank holds under this plan; ``check_tensor_parallel`` refuses a
 degree that does not divide what it splits.
@@ -43,7 +44,7 @@ KNOWN = TENSOR_PARALLEL_KINDS
 @dataclass(frozen=True)
 class Rule:
     # heads | head_norm | full_norm | colwise | rowwise | vocab_embed | vocab_head | tied_head | experts | bias_heads
-    # | latent_heads | replicate
+    # | latent_heads | tied_embed | replicate
     style: str
     parts: tuple[int, ...] = ()  # heads: head counts of the packed parts, in row order
     head_dim: int = 0
@@ -53,7 +54,6 @@ def tensor_plan(graph: LayerGraph) -> dict[str, Rule]:
     """Op name → rule for every op with parameters or a tied weight, plus every attention op (``heads``)."""
     plan: dict[str, Rule] = {}
     g = graph.graph
-    tied_embeddings = {op.tied_to for op in graph.ops() if op.kind == "embedding" and op.tied_to}
     for op in graph.ops():
         if op.kind == "attention":
             h, k, d = op.attrs.heads, op.attrs.kv_heads, op.attrs.head_dim
@@ -89,15 +89,10 @@ def tensor_plan(graph: LayerGraph) -> dict[str, Rule]:
     for op in graph.ops():
         if op.name in plan:
             continue
-        if op.kind == "embedding" and not op.tied_to:
-            shared = f"{op.name}.weight" in tied_embeddings  # read by another embedding: kept whole
-            plan[op.name] = Rule("replicate" if shared else "vocab_embed")
+        if op.kind == "embedding":
+            plan[op.name] = Rule("tied_embed" if op.tied_to else "vocab_embed")
         elif op.kind == "linear" and op.category == "lm_head":
-            tied = op.tied_to
-            if tied is None:
-                plan[op.name] = Rule("vocab_head")
-            else:
-                plan[op.name] = Rule("replicate" if tied in tied_embeddings else "tied_head")
+            plan[op.name] = Rule("vocab_head" if op.tied_to is None else "tied_head")
         elif op.params or op.tied_to:
             plan[op.name] = Rule("replicate")
     return plan
@@ -177,7 +172,7 @@ def check_tensor_parallel(graph: LayerGraph, tp: int) -> None:
 # Which axis of each parameter a rule splits (None: kept whole).
 def split_axis(rule: Rule, local: str) -> int | None:
     style = rule.style
-    if style in ("heads", "full_norm", "colwise", "vocab_embed", "vocab_head", "tied_head"):
+    if style in ("heads", "full_norm", "colwise", "vocab_embed", "vocab_head", "tied_head", "tied_embed"):
         return 0
     if style == "latent_heads":  # kv_b.weight [heads · (nope + v), kv_rank]
         return 0 if local == "kv_b.weight" else None

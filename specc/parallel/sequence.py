@@ -18,7 +18,7 @@ from ..errors import SpecError
 from ..ir.graph import LayerGraph
 from .fsdp import block_scopes
 from .plan import Rule
-from .styles import ShardSequence, TiedHead
+from .styles import ShardSequence, TiedWeight
 
 NORMS = ("layernorm", "rmsnorm")
 
@@ -42,7 +42,7 @@ def sequence_plan(graph: LayerGraph, rules: dict[str, Rule], plan: dict[str, Par
         elif rule.style == "vocab_head":
             plan[op.name] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
         elif rule.style == "tied_head":
-            plan[op.name] = TiedHead(Shard(0), inputs=Shard(1))
+            plan[op.name] = TiedWeight(Shard(0), inputs=Shard(1))
         elif op.kind in NORMS:
             plan[op.name] = SequenceParallel(use_local_output=True)
         else:

@@ -47,11 +47,12 @@ def _distribute(
         holder.register_parameter(local, nn.Parameter(dist, requires_grad=param.requires_grad))
 
 
-class TiedHead(ParallelStyle):
-    """An ``nn.Linear`` whose weight IS the embedding's, the embedding split by vocabulary rows: logits by
-    vocabulary shard, gathered so every rank returns all of them. The weight is left to the embedding's style
-    (``Model.tie_weights`` makes it the embedding's DTensor again once both are applied); the head's own bias is
-    placed as ``bias`` (Shard(0) with a split embedding, Replicate with a whole one)."""
+class TiedWeight(ParallelStyle):
+    """An ``nn.Linear`` head or an ``nn.Embedding`` whose weight IS another embedding's, split by vocabulary rows:
+    a head's logits by vocabulary shard, an embedding's rows looked up where they live (the others masked and
+    summed), gathered so every rank returns all of them. The weight is left to the owner's style
+    (``Model.tie_weights`` makes it the owner's DTensor again once both are applied); a head's own bias is
+    placed as ``bias``."""
 
     def __init__(self, bias: Placement, inputs: Placement | None = None):
         super().__init__()

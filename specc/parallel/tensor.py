@@ -22,7 +22,7 @@ from ..ir.graph import LayerGraph
 from . import qknorm
 from .packed import canonical_state
 from .plan import Rule, check_tensor_parallel, split_axis, tensor_plan
-from .styles import LocalParams, TiedHead
+from .styles import LocalParams, TiedWeight
 
 
 def packed_order(rule: Rule, tp: int) -> torch.Tensor:
@@ -52,7 +52,7 @@ def packed_params(graph: LayerGraph, tp: int) -> dict[str, torch.Tensor]:
     return out
 
 
-def _style(rule: Rule, tied: bool) -> ParallelStyle | None:
+def _style(rule: Rule) -> ParallelStyle | None:
     if rule.style in ("heads", "colwise"):
         return ColwiseParallel()
     if rule.style == "rowwise":
@@ -61,10 +61,8 @@ def _style(rule: Rule, tied: bool) -> ParallelStyle | None:
         return RowwiseParallel(input_layouts=Replicate())
     if rule.style == "vocab_head":
         return ColwiseParallel(output_layouts=Replicate())
-    if rule.style == "tied_head":
-        return TiedHead(Shard(0))
-    if rule.style == "replicate" and tied:  # a head tied to an embedding kept whole
-        return TiedHead(Replicate())
+    if rule.style in ("tied_head", "tied_embed"):
+        return TiedWeight(Shard(0))
     return None
 
 
@@ -85,11 +83,6 @@ def apply_tensor_parallel(
     plan: dict[str, ParallelStyle] = {}
     for name, rule in tensor_plan(graph).items():
         op = graph.op(name)
-        if op.kind == "embedding" and op.tied_to:
-            raise SpecError(
-                f"{name}: an embedding shared between stacks is not supported with tensor parallelism",
-                hint="--set shared_embeddings=false, or tp=1",
-            )
         if op.kind == "moe" and not experts:
             continue
         if not _held(model, name):  # another pipeline stage holds it (specc.parallel.pipeline)
@@ -110,7 +103,7 @@ def apply_tensor_parallel(
             module.start, module.width = op.attrs.start // tp, op.attrs.width // tp
         if rule.style == "full_norm":
             qknorm.split(module, mesh)
-        style = _style(rule, op.tied_to is not None)
+        style = _style(rule)
         if style is None:
             placements = {}
             for local in op.params:
@@ -132,7 +125,7 @@ def apply_tensor_parallel(
         sequence_plan(graph, tensor_plan(graph), plan)
         guard(model, mesh)
     parallelize_module(model, mesh, plan)
-    model.tie_weights()  # a tied head's weight: the embedding's DTensor (TiedHead left it alone)
+    model.tie_weights()  # a tied head's (embedding's) weight: the owner's DTensor (TiedWeight left it alone)
     by_module: dict[str, dict[str, torch.Tensor]] = {}
     for name, order in packed_params(graph, tp).items():
         scope, _, local = name.rpartition(".")

@@ -8,8 +8,8 @@ Rules (Megatron-LM's, as ``torch.distributed.tensor.parallel`` expresses them), 
 - a ``linear`` reading an attention core, a GLU or an MLP activation is row-parallel: weight split along
   ``in`` (dim 1), bias replicated (added once after the all-reduce);
 - token ``embedding`` tables are vocabulary-parallel (dim 0) and so is the LM head (``lm_head`` category,
-  weight and bias along the vocabulary); a tied head owns no tensor; a table another embedding shares (an
-  encoder-decoder's shared vocabulary) is kept whole;
+  weight and bias along the vocabulary); a tied head, or an embedding sharing another's table (an
+  encoder-decoder's one vocabulary), owns no tensor;
 - ``moe`` experts ``[E, out, in]`` split the experts (dim 0) over ``ep`` and their hidden units over ``tp``;
 - multi-head latent attention (DeepSeek-V2/V3) splits by heads as Megatron-Core does: the query projection
   (``q`` or ``q_b``) column-parallel, the core's up-projection ``kv_b`` by its head rows, the output row-parallel;
@@ -68,8 +68,7 @@ def chunk(n: int, parts: int, rank: int) -> int:
 def tp_role(g: LayerGraph, op: Op) -> str:
     """column | row | vocab | replicated, for a linear or embedding op (see the module docstring)."""
     if op.kind == "embedding":
-        shared = any(o.kind == "embedding" and o.attrs.tied_to == f"{op.name}.weight" for o in g.ops())
-        return "replicated" if shared else "vocab"  # a table another embedding reads is kept whole
+        return "vocab"
     if op.kind in ("attention", "latent_attention"):  # sinks (one per head), kv_b's head rows: split with the heads
         return "column"
     if op.kind == "slice_rmsnorm":  # qk_norm: full splits with its projection's rows; a norm per head is whole

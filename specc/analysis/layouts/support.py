@@ -42,7 +42,6 @@ class RuntimeFacts:
     expert_bias: bool  # experts with biases (GPT-OSS)
     aux_loss: bool  # a MoE load-balancing loss summed over every block's router
     tied_across_blocks: bool  # a weight shared between blocks (or a block and the outside)
-    shared_embedding: bool = False  # an embedding table shared between stacks (encoder and decoder)
 
 
 def runtime_facts(g: LayerGraph) -> RuntimeFacts:
@@ -60,7 +59,6 @@ def runtime_facts(g: LayerGraph) -> RuntimeFacts:
         any(bool(op.attrs.bias) for op in moes),
         any(float(op.attrs.aux_loss_coef or 0) for op in moes),
         tied,
-        any(op.kind == "embedding" and op.tied_to for op in ops),
     )
 
 
@@ -110,12 +108,6 @@ def _graph_gap(lay: Layout, f: RuntimeFacts, text: str) -> Gap | None:
             "tp > 1 on ops without a tensor-parallel rule",
             f"--parallel {text}: {f.name} has {', '.join(f.untaught)} ops, which have no tensor-parallel rule",
             hint="use tp=1",
-        )
-    if lay.tp > 1 and f.shared_embedding:
-        return Gap(
-            "tp > 1 with an embedding shared between stacks",
-            f"--parallel {text}: {f.name}: an embedding shared between stacks is not supported with tensor parallelism",
-            hint="--set shared_embeddings=false, or tp=1",
         )
     if lay.tp > 1 and f.expert_bias:
         return Gap(
