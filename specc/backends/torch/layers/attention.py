@@ -33,34 +33,25 @@ class AttentionCore(nn.Module):
     ) -> tuple[Tensor | None, bool]:
         """(boolean mask [B | 1, 1, N_q, N_k] or None, is_causal), built once per call."""
         mask = "none" if self.mask == "padding" else self.mask
-        offset = state.offset if state is not None else 0
+        if pad is None and (mask == "none" or (mask == "causal" and n_q == 1)):
+            return None, False  # one new token after the cache sees every key
+        if pad is None and mask == "causal" and n_q == n_k:  # no cache before these queries
+            return None, True  # purely causal: SDPA's fused causal kernel (a literal: tracing keeps it)
         key = ("mask", mask, self.window, self.prefix, self.chunk, pad is None)
         if state is not None and key in state.memo:
             return state.memo[key]
-        if pad is None and (mask == "none" or (mask == "causal" and n_q == 1)):
-            out: tuple[Tensor | None, bool] = (None, False)  # one new token after the cache sees every key
-        elif pad is None and mask == "causal" and offset == 0 and n_q == n_k:
-            out = (None, True)  # purely causal: SDPA's fused causal kernel
-        else:
-            device = pad.device if pad is not None else device
-            q, k = torch.arange(offset, offset + n_q, device=device)[:, None], torch.arange(n_k, device=device)
-            if (
-                mask in ("prefix", "chunked")
-                and state is not None
-                and state.positions_from is not None
-                and pad is not None
-            ):
-                # each row's own positions: its prefix (its chunks, as HF counts them) start at its first real token
-                k = (pad.long().cumsum(-1) - 1).clamp(min=0)[:, None, None, :]
-                q = k[..., -n_q:].transpose(-1, -2)
-            allowed = self.allows(k, q).reshape(-1, 1, n_q, n_k)
-            if pad is not None:
-                allowed = allowed & pad[:, None, None, :].bool()
-                allowed = allowed | ~allowed.any(-1, keepdim=True)  # fully padded query rows: no NaN (ignored)
-            out = (allowed, False)
+        q, k = torch.arange(n_k - n_q, n_k, device=device)[:, None], torch.arange(n_k, device=device)  # after cache
+        if mask in ("prefix", "chunked") and state is not None and state.positions_from is not None and pad is not None:
+            # each row's own positions: its prefix (its chunks, as HF counts them) start at its first real token
+            k = (pad.long().cumsum(-1) - 1).clamp(min=0)[:, None, None, :]
+            q = k[..., -n_q:].transpose(-1, -2)
+        allowed = self.allows(k, q).reshape(-1, 1, n_q, n_k)
+        if pad is not None:
+            allowed = allowed & pad[:, None, None, :].bool()
+            allowed = allowed | ~allowed.any(-1, keepdim=True)  # fully padded query rows: no NaN (ignored)
         if state is not None:
-            state.memo[key] = out
-        return out
+            state.memo[key] = (allowed, False)
+        return allowed, False
 
     def allows(self, k: Tensor, q: Tensor) -> Tensor:
         """Which keys (positions ``k``) the queries (positions ``q``) may see under this core's mask, padding aside

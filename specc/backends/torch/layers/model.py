@@ -9,7 +9,6 @@ tensor once, under the owner's name (the IR's parameter names), and loading take
 from __future__ import annotations
 
 import re
-from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -129,7 +128,7 @@ class Model(nn.Module):
             prompt = options.pop("decoder_input_ids", None)
             prompt = start if prompt is None else prompt
         seed, eos_token_id = options.pop("seed", None), options.pop("eos_token_id", None)
-        use_cache, pick = options.pop("use_cache", True), partial(pick_tokens, **options)  # the rest: sampling
+        use_cache = options.pop("use_cache", True)  # the rest of the options: sampling
         b, n = prompt.shape
         if "max_positions" in self.META and n + max_new_tokens > (limit := self.META["max_positions"]):
             raise GenerationError(f"{n} prompt + {max_new_tokens} new tokens exceed the {limit} learned positions")
@@ -149,7 +148,7 @@ class Model(nn.Module):
                     logits = self.step(cache, tokens[:, cache.length : n], **grown)
                 else:  # all tokens again: no cache, or attention that is not causal yet
                     logits = self(**{self.STEP_INPUT: tokens[:, :n], **fixed, **grown})
-                nxt = pick(logits[:, -1], gen)
+                nxt = pick_tokens(logits[:, -1], gen, **options)
                 if eos_token_id is not None:  # finished rows repeat eos
                     done |= (nxt := nxt.masked_fill(done, eos_token_id)) == eos_token_id
                 tokens[:, n], n = nxt, n + 1
