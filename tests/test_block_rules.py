@@ -145,16 +145,17 @@ def test_soft_capped_scores_are_materialised_in_the_memory_model() -> None:
 
 
 def test_tensor_parallel_roles_look_through_qk_norm_and_shared_experts() -> None:
-    from specc.analysis.layouts.shard import tp_role
+    from specc.analysis.layouts.shard import tp_roles
 
     sets = [
         "attention.qk_norm=head",
         "mlp={type: moe, experts: 4, active: 2, hidden: 16, shared: {hidden: 24, gate: sigmoid}}",
     ]
     g = specc.lower(specc.load_spec("llama2-7b", [*SMALL, "attention.kv_heads=2", *sets]))
-    roles = {n: tp_role(g, g.op(f"blocks.0.{n}")) for n in ("attn.qkv", "attn.out", "mlp.shared.up", "mlp.shared.down")}
+    every = tp_roles(g)
+    roles = {n: every[f"blocks.0.{n}"] for n in ("attn.qkv", "attn.out", "mlp.shared.up", "mlp.shared.down")}
     assert roles == {"attn.qkv": "column", "attn.out": "row", "mlp.shared.up": "column", "mlp.shared.down": "row"}
-    assert tp_role(g, g.op("blocks.0.mlp.shared_gate")) == "replicated"
+    assert every["blocks.0.mlp.shared_gate"] == "replicated"
 
 
 def test_attention_impl_names_the_path_soft_capped_layers_take() -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 import specc
 from specc.analysis.layouts import Layout, Training, param_shards, per_device_weight_bytes
 from specc.analysis.layouts.device_memory import model_states
@@ -192,8 +190,10 @@ def test_a_latent_kv_cache_is_whole_on_every_tp_rank() -> None:
 
 
 def test_weights_match_the_torch_distributed_plan() -> None:
-    """The runtime's tensor-parallel plan (specc.parallel, DTensor) holds exactly these bytes per rank."""
-    runtime = pytest.importorskip("specc.parallel.plan")
+    """The bytes per rank the analyzer sums (param_shards, torch.chunk's sizes) are the shapes the plan that
+    specc.parallel applies gives each rank (local_params)."""
+    from specc.analysis.layouts import tensor_plan as runtime
+
     for name in ("gpt2", "llama2-7b", "mixtral-8x7b", "transformer-base", "bert-base", "vit-b16"):
         g = _graph(name)
         heads = next(op.attrs for op in g.ops() if op.kind == "attention")

@@ -34,7 +34,7 @@ def _peak_bytes(prof: Any) -> int:
 def _expected_local(ref: torch.nn.Module, graph: Any, mesh: Any) -> dict[str, torch.Tensor]:
     """Each parameter's shard on this rank, sliced from the single-process model by hand: tp by the plan's
     axis (packed projections first put rank-major), dp by FSDP2's rows."""
-    from specc.parallel.plan import split_axis, tensor_plan
+    from specc.analysis.layouts.tensor_plan import split_axis, tensor_plan
     from specc.parallel.tensor import packed_params
 
     dp, tp = mesh["dp"], mesh["tp"]

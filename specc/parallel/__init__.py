@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.layouts.tensor_plan import Rule, check_tensor_parallel, local_params, tensor_plan
 from ..errors import SpecError
-from .plan import Rule, check_tensor_parallel, local_params, tensor_plan
 
 __all__ = ["Rule", "check_tensor_parallel", "local_params", "parallelize", "tensor_plan"]
 
@@ -22,7 +22,7 @@ def parallelize(model: Any, mesh: Any, *, sequence_parallel: bool = False, init:
     """``model`` (from ``build_torch``) split over ``mesh``, in place, and returned.
 
     ``mesh``: a ``DeviceMesh`` with dimensions named ``dp`` and/or ``tp``. ``tp``: the tensor-parallel plan of
-    ``model.graph`` (``specc.parallel.plan``) applied with ``parallelize_module``; ``dp``: ``fully_shard`` per
+    ``model.graph`` (``analysis.layouts.tensor_plan``) applied with ``parallelize_module``; ``dp``: ``fully_shard`` per
     block and at the root. The forward takes the same inputs on every rank of a ``tp`` group and returns the
     full logits there; ``dp`` ranks take different batches. ``sequence_parallel``: between blocks the residual
     stream is split by positions over ``tp`` too (``specc.parallel.sequence``; whole sequences only). ``ep``:

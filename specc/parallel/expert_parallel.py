@@ -83,8 +83,8 @@ def apply_expert_parallel(
     """Shard the experts of every MoE layer over ``ep`` of the ``dp`` ranks in place (``mesh``: the whole
     mesh); the expert parameters, and with ep < dp the mesh of the groups that hold the same experts (for FSDP2
     to shard them over). With ``tp`` each expert is also split by hidden units over tp, as the tensor-parallel
-    plan splits them (``plan.split_axis``)."""
-    from .plan import Rule, split_axis
+    plan splits them (``tensor_plan.split_axis``)."""
+    from ..analysis.layouts.tensor_plan import Rule, split_axis
 
     where, ep_mesh, replicas = _expert_meshes(mesh, dp, tp, ep)
     sharded: set[nn.Parameter] = set()

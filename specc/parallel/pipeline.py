@@ -116,7 +116,7 @@ def check_pipeline(
     """Refuse, before any work, a pipeline this graph or torch's schedules cannot run (``dp``: FSDP2 ranks,
     ``tp``: tensor-parallel ranks per stage, whose divisibility ``plan.check_tensor_parallel`` checks)."""
     if tp > 1:
-        from .plan import check_tensor_parallel
+        from ..analysis.layouts.tensor_plan import check_tensor_parallel
 
         check_tensor_parallel(graph, tp)
     name = graph.meta.get("name", "the model")

@@ -14,10 +14,10 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, SequenceParallel
 
+from ..analysis.layouts.tensor_plan import Rule
 from ..errors import SpecError
 from ..ir.graph import LayerGraph
 from .fsdp import block_scopes
-from .plan import Rule
 from .styles import ShardSequence, TiedWeight
 
 NORMS = ("layernorm", "rmsnorm")

@@ -1,4 +1,4 @@
-"""Tensor parallelism of a built specc model: the IR's plan (``plan.tensor_plan``) as torch parallel styles,
+"""Tensor parallelism of a built specc model: the IR's plan (``tensor_plan.tensor_plan``) as torch parallel styles,
 applied with ``parallelize_module``.
 
 Packed projections (``attn.qkv`` = ``[q heads | k heads | v heads]``) are re-ordered *rank-major* before
@@ -17,11 +17,11 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
 
+from ..analysis.layouts.tensor_plan import Rule, check_tensor_parallel, split_axis, tensor_plan
 from ..errors import SpecError
 from ..ir.graph import LayerGraph
 from . import qknorm
 from .packed import canonical_state
-from .plan import Rule, check_tensor_parallel, split_axis, tensor_plan
 from .styles import LocalParams, TiedWeight
 
 

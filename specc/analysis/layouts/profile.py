@@ -29,7 +29,7 @@ from ...ir.graph import LayerGraph, dims
 from ...spec.schema import DTYPE_BYTES
 from ..costs import Ctx, numel
 from ..op_costs import decode_ops, evaluate
-from .shard import tp_role
+from .shard import tp_roles
 from .stages import anchors, block_count, stage_of
 
 LOSS_BYTES = 4  # the cross-entropy works on fp32 logits
@@ -187,14 +187,14 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
     env = {"B": 1, "N": seq, "N_dec": dec_seq or seq}
     costs = evaluate(g, env, Ctx(bytes=elem_bytes))
     dec = decode_ops(g)
-    where = anchors(g)
+    where, roles = anchors(g), tp_roles(g)
     outputs = set(g.outputs.values())
     f_inputs: set[str] = set()
     mm_count: Counter[object] = Counter()  # per block (checkpoint region): aten.mm calls so far
     out = []
     for c in costs:
         op = c.op
-        role = tp_role(g, op)
+        role = roles[op.name]
         ins = [dims(g.shape_of(i), env) for i in op.inputs]
         shape = dims(op.shape, env)
         width = numel(shape) * elem_bytes

@@ -1,6 +1,7 @@
 """How tensor and expert parallelism split each parameter tensor of the IR, and the bytes one device holds.
 
-Rules (Megatron-LM's, as ``torch.distributed.tensor.parallel`` expresses them), read off the graph:
+Rules (Megatron-LM's, as ``torch.distributed.tensor.parallel`` expresses them), read off the graph by
+``tensor_plan`` (the plan ``specc.parallel`` runs: what is sized here is what runs):
 
 - a ``linear`` feeding an attention core, a GLU or an MLP activation is column-parallel: weight ``[out, in]``
   split along ``out`` (dim 0), bias split — the packed q|k|v projection splits head-aligned (each rank keeps
@@ -27,11 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.graph import LayerGraph, Op
+from ...ir.graph import LayerGraph
 from ...spec.schema import DTYPE_BYTES
 from .stages import anchors, block_count, stage_of
-
-_FEEDS = ("attention", "glu")  # a linear feeding these (or an MLP activation) is column-parallel
+from .tensor_plan import split_axis, tensor_plan
 
 
 @dataclass(frozen=True)
@@ -65,72 +65,30 @@ def chunk(n: int, parts: int, rank: int) -> int:
     return max(0, min(size, n - rank * size))
 
 
-def tp_role(g: LayerGraph, op: Op) -> str:
-    """column | row | vocab | replicated, for a linear or embedding op (see the module docstring)."""
-    if op.kind == "embedding":
-        return "vocab"
-    if op.kind in ("attention", "latent_attention"):  # sinks (one per head), kv_b's head rows: split with the heads
-        return "column"
-    if op.kind == "slice_rmsnorm":  # qk_norm: full splits with its projection's rows; a norm per head is whole
-        dims = [g.op(s).attrs.head_dim for s in _consumers(g, op.name) if g.op(s).kind == "attention"]
-        return "column" if dims and op.attrs.dim != dims[0] else "replicated"
-    if op.kind != "linear":
-        return "replicated"
-    if op.category == "lm_head":
-        return "vocab"
-    latent = [s for s in _consumers(g, op.name) if g.op(s).kind == "latent_attention"]
-    if latent:  # the query projection splits by heads; the KV latent (through its norm) is whole on every rank
-        return "column" if g.op(latent[0]).inputs[0] == op.name else "replicated"
-    if any(_shards_heads_or_units(g.op(s)) for s in _consumers(g, op.name)):
-        return "column"
-    src = op.inputs[0]
-    if _is_op(g, src) and _shards_heads_or_units(g.op(src)):
-        return "row"
-    return "replicated"
+# the profile's view of a plan rule: a column-parallel output, a row-parallel input, a vocabulary split, or whole
+ROLES = {"heads": "column", "colwise": "column", "full_norm": "column", "latent_heads": "column"}
+ROLES |= {"rowwise": "row", "vocab_embed": "vocab", "vocab_head": "vocab", "tied_head": "vocab", "tied_embed": "vocab"}
 
 
-def _consumers(g: LayerGraph, name: str) -> list[str]:
-    """The ops reading ``name``, looking through QK-norms (they keep the packed projection's layout)."""
-    out = []
-    for s in g.graph.successors(name):
-        if s in g.graph and _is_op(g, s):
-            out += _consumers(g, s) if g.op(s).kind == "slice_rmsnorm" else [s]
-    return out
-
-
-def _is_op(g: LayerGraph, name: str) -> bool:
-    return name not in g.inputs
-
-
-def _shards_heads_or_units(op: Op) -> bool:
-    return op.kind in (*_FEEDS, "latent_attention") or (op.kind == "activation" and op.layer is not None)
+def tp_roles(g: LayerGraph) -> dict[str, str]:
+    """Op name → column | row | vocab | replicated, from the tensor-parallel plan the runtime applies."""
+    plan = tensor_plan(g)
+    return {op.name: ROLES.get(plan[op.name].style if op.name in plan else "", "replicated") for op in g.ops()}
 
 
 def param_shards(g: LayerGraph) -> list[ParamShard]:
-    """Every parameter tensor the graph stores, with its split dims; a tied tensor also appears on the block
-    of each op that uses it, when that op sits on another pipeline stage (see ``weights_per_stage``)."""
-    where = anchors(g)
+    """Every parameter tensor the graph stores, with its split dims (the plan's ``split_axis``; experts over
+    ``ep`` by their first dim); a tied tensor also appears on the block of each op that uses it, when that op
+    sits on another pipeline stage (see ``weights_per_stage``)."""
+    where, plan = anchors(g), tensor_plan(g)
     out = []
     for op in g.ops():
-        role = tp_role(g, op)
+        rule = plan.get(op.name)
         for local, p in op.params.items():
-            out.append(ParamShard(f"{op.name}.{local}", p.shape, *_dims(op, role, local, p.shape), where[op.name]))
+            tp_dim = split_axis(rule, local) if rule else None
+            ep_dim = 0 if op.kind == "moe" else None  # [E, ...]: the experts over ep
+            out.append(ParamShard(f"{op.name}.{local}", p.shape, tp_dim, ep_dim, where[op.name]))
     return out
-
-
-def _dims(op: Op, role: str, local: str, shape: tuple[int, ...]) -> tuple[int | None, int | None]:
-    if op.kind == "moe":
-        hidden_dim = {"w_gate": 1, "w_up": 1, "w_in": 1, "b_gate": 1, "b_up": 1, "b_in": 1}.get(local)
-        if local in ("w_down", "w_out"):
-            hidden_dim = 2
-        return hidden_dim, 0
-    if op.kind == "relative_bias":  # the table [buckets, heads] split with the heads that read it
-        return 1, None
-    if role in ("column", "vocab"):
-        return 0, None
-    if role == "row" and local == "weight":
-        return 1, None
-    return None, None
 
 
 def _tied(g: LayerGraph) -> list[tuple[str, int]]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ...ir.graph import LayerGraph
 from .layout import Layout
 
-# Op kinds whose place in a tensor-parallel model specc.parallel.plan knows (a new kind is taught there first).
+# Op kinds whose place in a tensor-parallel model tensor_plan knows (a new kind is taught there first).
 TENSOR_PARALLEL_KINDS = frozenset({
     "embedding", "type_embedding", "learned_pos", "sinusoidal_pos", "learned_pos_2d", "sinusoidal_pos_2d",
     "patch_embed", "cls_token", "layernorm", "rmsnorm", "slice_rmsnorm", "linear", "activation", "glu", "add",

@@ -24,20 +24,22 @@ Each op that owns (or ties) a weight gets one rule:
 - ``replicate``: everything else (norms, positions, routers, pooled heads).
 
 ``local_params(graph, tp)`` counts what one rank holds under this plan; ``check_tensor_parallel`` refuses a
-degree that does not divide what it splits.
+degree that does not divide what it splits. The plan is the one source of both the run (``specc.parallel``
+applies it with DTensor styles) and the sizing (``shard.param_shards`` and the profiles read it), so what the
+analyzer sizes is what runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analysis.layouts.support import TENSOR_PARALLEL_KINDS
-from ..errors import SpecError
-from ..ir.graph import LayerGraph, Op
+from ...errors import SpecError
+from ...ir.graph import LayerGraph, Op
+from .support import TENSOR_PARALLEL_KINDS
 
 PER_UNIT = ("activation", "glu", "dropout")  # ops that act on each hidden unit alone
 # Op kinds whose place in a split model this plan knows (a new kind must be taught here before tp runs it); the
-# plan search reads the same table to leave tp out where it does not run.
+# layout search reads the same table to leave tp out where it does not run.
 KNOWN = TENSOR_PARALLEL_KINDS
 
 
