@@ -121,7 +121,7 @@ def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> No
 
 # Line budgets reached so far (issue 25 asks GPT-2 ≤ 250 and a Llama without RoPE scaling ≤ 300): a change that
 # lets model.py grow fails here; one that shrinks it lowers the number.
-BUDGETS = {"gpt2": 338, "llama2-7b": 350}
+BUDGETS = {"gpt2": 335, "llama2-7b": 347}
 
 
 @pytest.mark.parametrize("preset", sorted(BUDGETS))
@@ -440,3 +440,36 @@ def test_the_name_table_is_the_family_the_spec_names(preset: str, family: str) -
     assert plan is not None and plan.family == family
     sources = {s for rules in plan.rules.values() for r in rules for s in r.sources}
     assert any(".feed_forward." in s for s in sources) == (family == "Llama 4")
+
+
+def test_an_inlined_receiver_too_wide_for_its_return_line_is_named_first() -> None:
+    """``return self.product(..).transpose(..)`` where product's expression would overflow the line: the inliner
+    binds it to ``y`` first and returns the chain on ``y``; the result computes what the two functions did."""
+    from specc.backends.torch.codegen.inline import inline
+
+    source = """
+import torch
+
+
+class Core:
+    scale = 0.5
+
+    def forward(self, q, k):
+        return self.product(q, k).transpose(0, 1).flatten()
+
+    def product(self, a, b):
+        return torch.matmul(a * self.scale, b.transpose(0, 1)) + torch.matmul(b * self.scale, a.transpose(0, 1))
+
+
+def helper():
+    return Core()
+"""
+    out = inline(source, keep={"helper"})
+    assert "def product" not in out
+    assert "        y = torch.matmul(q * self.scale, k.transpose(0, 1)) + torch.matmul(" in out
+    assert "        return y.transpose(0, 1).flatten()" in out
+    namespace: dict = {}
+    exec(out, namespace)
+    a, b = torch.arange(6.0).reshape(2, 3), torch.ones(2, 3)
+    want = (torch.matmul(a * 0.5, b.T) + torch.matmul(b * 0.5, a.T)).T.flatten()
+    assert torch.equal(namespace["helper"]().forward(a, b), want)

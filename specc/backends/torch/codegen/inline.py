@@ -234,11 +234,33 @@ class _Inliner(SourceText):
         bare = isinstance(parent, (ast.Return, ast.Assign, ast.Expr, ast.keyword)) or (
             isinstance(parent, ast.Call) and call in parent.args
         )
+        plain = text
         if not isinstance(ast.parse(text, mode="eval").body, _ATOMIC) and not bare:
             text = f"({text})"
         out = self.replace(call, text)
         line = out.split("\n")[call.lineno - 1]
-        return out if call.lineno == call.end_lineno and len(line) <= MAX_WIDTH else None
+        if call.lineno == call.end_lineno and len(line) <= MAX_WIDTH:
+            return out
+        return self._named_first(call, plain, bound)
+
+    def _named_first(self, call: ast.Call, text: str, bound: set[str]) -> str | None:
+        """``return f(..).a(..)`` where f's expression makes the line too long: ``y = <expression>`` first, then
+        ``return y.a(..)`` (the call is the chain's receiver, so nothing runs in another order)."""
+        node: ast.AST = call
+        while isinstance(up := self.parents.get(node), (ast.Attribute, ast.Call)) and node is getattr(
+            up, "value", getattr(up, "func", None)
+        ):
+            node = up
+        ret = self.parents.get(node)
+        if node is call or not isinstance(ret, ast.Return) or ret.lineno != ret.end_lineno or "y" in bound:
+            return None
+        indent = " " * ret.col_offset
+        first = f"{indent}y = {text}"
+        rest = self.segment(node).replace(self.segment(call), "y", 1)
+        second = f"{indent}return {rest}"
+        if len(first) > MAX_WIDTH or len(second) > MAX_WIDTH or "#" in self.lines[ret.lineno - 1]:
+            return None
+        return self.replace_lines(ret.lineno, ret.end_lineno, [first, second])  # type: ignore[arg-type]
 
 
 def _split_doc(body: list[ast.stmt]) -> tuple[ast.stmt | None, list[ast.stmt]]:
