@@ -125,27 +125,20 @@ def main() -> None:
         with Peak() as mode:
             train_step(run)
         peak = mode.peak - start + held
-        times, before = [], gemm_rate()
+        times = []
         for _ in range(int(steps)):
             t0 = time.perf_counter()
             train_step(run)
             times.append(time.perf_counter() - t0)
-        # the machine as these steps found it: the slower of the GEMM rates just before and after them
-        rate = min(before, gemm_rate())
         out[recompute] = {"step_s": sorted(times)[len(times) // 2], "peak_bytes": peak, "vocab": len(run.vocab)}
-        out[recompute]["gemm_1024_flops"] = rate
-    print(json.dumps(out))
-
-
-def gemm_rate() -> float:
-    """A 1024³ fp32 GEMM's rate (FLOP/s, the median of 7), to hold against the profile's peak."""
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
     gemm = []
-    for _ in range(7):
+    for _ in range(7):  # the machine as the steps found it: a 1024³ GEMM's rate, to hold against the profile's
         t0 = time.perf_counter()
         torch.mm(a, b)
         gemm.append(time.perf_counter() - t0)
-    return 2 * 1024**3 / sorted(gemm)[3]
+    out["gemm_1024_flops"] = 2 * 1024**3 / sorted(gemm)[3]
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
