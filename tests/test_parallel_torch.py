@@ -68,7 +68,7 @@ def spawn(world: int, fn: Any, *args: Any) -> list[Any]:
 def _spec(family: str, *more: str) -> Any:
     from specc.spec.loader import load_spec
 
-    name, sets = FAMILIES[family]
+    name, sets = FAMILIES[family] if family in FAMILIES else ZOO[family]
     return load_spec(name, overrides=[*sets, *more])
 
 
@@ -387,11 +387,13 @@ def test_dp2_fsdp_gradients_and_one_step_equal_single_process() -> None:
 
 
 def four_cases() -> dict[str, Any]:
-    """One 4-process launch (start-up dominates): FSDP2 × tp for a dense model, and dp × tp × ep (the experts
-    split over dp and by hidden units over tp) for a top-2 MoE and a gated shared-expert MoE."""
+    """One 4-process launch (start-up dominates): FSDP2 × tp for a dense model and for DeepSeek's latent attention
+    (its replicated KV latent's gradient summed over tp, then FSDP2 over dp), and dp × tp × ep (the experts split
+    over dp and by hidden units over tp) for a top-2 MoE and a gated shared-expert MoE."""
     from test_parallel_experts import ep_case
 
     out = {"dense": dp_step_case("llama", (2, 2)), **{kind: ep_case(kind, (2, 2)) for kind in ("top2", "shared")}}
+    out["latent"] = dp_step_case("deepseek", (2, 2))
     out["top2 dp=4,ep=2"] = ep_case("top2", (4, 1), ep=2)  # two expert groups of 2 ranks, FSDP2 over the pairs
     return out
 
@@ -401,7 +403,7 @@ def test_dp2_by_tp2_on_four_processes_equals_single_process() -> None:
     from test_parallel_experts import check_ep
 
     ranks = spawn(4, four_cases)
-    for res in (r["dense"] for r in ranks):
+    for res in (r[case] for r in ranks for case in ("dense", "latent")):
         assert res["grads"] < 1e-5, res
         assert res["weights"] < 1e-5, res
         assert res["states"]["state_dict"] == res["states"]["full_state_dict"] == 0.0, res
