@@ -1,24 +1,8 @@
 """How tensor and expert parallelism split each parameter tensor of the IR, and the bytes one device holds.
 
-Rules (Megatron-LM's, as ``torch.distributed.tensor.parallel`` expresses them), read off the graph by
-``tensor_plan`` (the plan ``specc.parallel`` runs: what is sized here is what runs):
-
-- a ``linear`` feeding an attention core, a GLU or an MLP activation is column-parallel: weight ``[out, in]``
-  split along ``out`` (dim 0), bias split — the packed q|k|v projection splits head-aligned (each rank keeps
-  heads/tp query heads and kv_heads/tp KV groups: same row count as an even split, tp divides both);
-- a ``linear`` reading an attention core, a GLU or an MLP activation is row-parallel: weight split along
-  ``in`` (dim 1), bias replicated (added once after the all-reduce);
-- token ``embedding`` tables are vocabulary-parallel (dim 0) and so is the LM head (``lm_head`` category,
-  weight and bias along the vocabulary); a tied head, or an embedding sharing another's table (an
-  encoder-decoder's one vocabulary), owns no tensor;
-- ``moe`` experts ``[E, out, in]`` split the experts (dim 0) over ``ep`` and their hidden units over ``tp``;
-- multi-head latent attention (DeepSeek-V2/V3) splits by heads as Megatron-Core does: the query projection
-  (``q`` or ``q_b``) column-parallel, the core's up-projection ``kv_b`` by its head rows, the output row-parallel;
-  the KV latent (``q_a``, ``kv_a`` and their norms) is replicated;
-- a QK-norm over a whole q or k projection (``qk_norm: full``) splits its weight with the projection's rows
-  (the mean square is all-reduced); a QK-norm per head is kept whole;
-- everything else is replicated: norms, position tables, routers, pooler and classifier heads, patch
-  embeddings, recurrent cells.
+Which axis tensor parallelism splits is ``tensor_plan``'s rule for the op (its docstring lists them: Megatron-LM's,
+as ``torch.distributed.tensor.parallel`` expresses them), the plan ``specc.parallel`` runs, so what is sized here is
+what runs. ``moe`` experts ``[E, out, in]`` also split the experts (dim 0) over ``ep``.
 
 A dimension that ``tp`` does not divide (a 50,257-row vocabulary) is split as ``torch.chunk`` and DTensor
 ``Shard`` split it: ceil(n / tp) rows on the first ranks, the rest on the last; the largest shard is rank 0's.
@@ -31,7 +15,7 @@ from dataclasses import dataclass
 from ...ir.graph import LayerGraph
 from ...spec.schema import DTYPE_BYTES
 from .stages import anchors, block_count, stage_of
-from .tensor_plan import split_axis, tensor_plan
+from .tensor_plan import chunk, split_axis, tensor_plan
 
 
 @dataclass(frozen=True)
@@ -57,12 +41,6 @@ class ParamShard:
                 d = chunk(d, ep, ep_rank)
             n *= d
         return n
-
-
-def chunk(n: int, parts: int, rank: int) -> int:
-    """Rows rank ``rank`` gets when ``n`` rows are split into ``parts`` as torch.chunk does."""
-    size = -(-n // parts)
-    return max(0, min(size, n - rank * size))
 
 
 # the profile's view of a plan rule: a column-parallel output, a row-parallel input, a vocabulary split, or whole

@@ -197,7 +197,12 @@ def local_params(graph: LayerGraph, tp: int, rank: int = 0) -> dict[str, tuple[i
             axis = split_axis(rule, local) if rule else None
             shape = list(spec.shape)
             if axis is not None:
-                size = -(-shape[axis] // tp)
-                shape[axis] = max(0, min(size, shape[axis] - rank * size))
+                shape[axis] = chunk(shape[axis], tp, rank)
             out[f"{op.name}.{local}"] = tuple(shape)
     return out
+
+
+def chunk(n: int, parts: int, rank: int) -> int:
+    """Rows rank ``rank`` gets when ``n`` rows are split into ``parts`` as torch.chunk does."""
+    size = -(-n // parts)
+    return max(0, min(size, n - rank * size))
