@@ -36,7 +36,19 @@ class Calls(TorchDispatchMode):
         return out
 
 
-@pytest.mark.parametrize(("preset", "extra"), [("gpt2", []), ("llama3.1-8b", ["attention.kv_heads=2"])])
+MLA = [
+    "attention.latent={kv_rank: 32, q_rank: 48, rope_head_dim: 8, nope_head_dim: 16, v_head_dim: 24}",
+    "layer_pattern=null",
+    "layer_kinds=null",
+    "mlp={type: swiglu, hidden: 96, activation: silu}",
+    "position.scaling.original_max_positions=16",
+    "dtype=fp32",
+]  # v as wide as q/k: torch's CPU flash kernel
+
+
+@pytest.mark.parametrize(
+    ("preset", "extra"), [("gpt2", []), ("llama3.1-8b", ["attention.kv_heads=2"]), ("deepseek-v3", MLA)]
+)
 def test_op_policy_keeps_what_torch_saves(preset: str, extra: list[str]) -> None:
     g = specc.lower(specc.load_spec(preset, [*SETS, *extra]))
     prof = profile(g, SEQ, None, "fp32", training=True)
@@ -60,9 +72,12 @@ def test_op_policy_keeps_what_torch_saves(preset: str, extra: list[str]) -> None
                 saved += t.untyped_storage().nbytes()
     assert saved == kept * BATCH, (preset, saved, kept * BATCH)
     linears = [p for p in block if p.gemm != (0, 0) and not p.attention]
-    assert rerun_mm == sum(p.op_rerun for p in linears) / blocks
+    expanded = [p for p in block if p.attention and p.op_rerun]  # MLA's kv_b, an aten.mm inside the core
+    assert rerun_mm == (sum(p.op_rerun for p in linears) + len(expanded)) / blocks
     if preset == "llama3.1-8b":  # qkv, out, gate, up, down: aten.mm 1…5, the 2nd and 4th recomputed
         assert rerun_mm == 2
+    elif preset == "deepseek-v3":  # q_a, q_b, kv_a, kv_b (in the core), out, gate, up, down: 2nd, 4th, 6th, 8th
+        assert rerun_mm == 4 and len(expanded) == blocks
     else:  # biased linears are aten.addmm: saved, never counted
         assert rerun_mm == 0 and all(p.op_rerun == 0 for p in linears)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import specc
 from specc.analysis.layouts import Layout, Training, param_shards, per_device_weight_bytes
@@ -187,6 +188,36 @@ def test_a_latent_kv_cache_is_whole_on_every_tp_rank() -> None:
     one, two = (analyze_layout(g, Layout(tp=tp), training=Training(global_batch=2), seq=1024) for tp in (1, 2))
     assert one.memory["kv_cache"] == two.memory["kv_cache"] == 4 * 1024 * (512 + 64) * 2 * 2
     assert two.memory["weights"] < 0.6 * one.memory["weights"]
+
+
+MLA_DENSE = ["layer_pattern=null", "layer_kinds=null", "mlp={type: swiglu, hidden: 18432, activation: silu}"]
+
+
+def test_latent_attention_is_an_attention_core_for_layouts() -> None:
+    """MLA is costed as the attention core it is: a fused kernel keeps Q, K, V and row statistics where math
+    keeps the N² scores, both split by heads over tp; context parallelism rings the per-head K and V that kv_b
+    expands (Megatron-Core's MLA hands those to its core attention); full recompute keeps each block's input."""
+    s, b, m, h, qk, v, d = 4096, 1, 2, 128, 128 + 64, 128, 7168
+    g = _graph("deepseek-v3", "blocks=2", *MLA_DENSE)
+
+    def act(lay: Layout, **kw: object) -> int:
+        tr = Training(micro_batch=b, global_batch=b * m, **kw)  # type: ignore[arg-type]
+        return analyze_layout(g, lay, training=tr, is_training=True, seq=s).memory["activations"]
+
+    per_block = h * s * s * 2 - h * s * 4  # bf16 scores the fused kernel does not keep, less its fp32 statistics
+    for tp in (1, 2):
+        gap = act(Layout(tp=tp), attention="math") - act(Layout(tp=tp), attention="flash")
+        assert gap == 2 * per_block // tp
+    tr = Training(micro_batch=b, global_batch=b * m)
+    two = analyze_layout(g, Layout(cp=2), training=tr, is_training=True, seq=s)
+    kv = 2 * s * h * (qk + v) * 2 * b  # the expanded K and V of 2 layers, all tokens, bf16
+    assert two.comm_by_group["cp"] == {"all_gather": round(m * kv * 2 / 2), "reduce_scatter": round(m * kv / 2)}
+    deeper = _graph("deepseek-v3", "blocks=4", *MLA_DENSE)
+    full = [
+        analyze_layout(x, Layout(), training=replace(tr, recompute="full"), is_training=True, seq=s)
+        for x in (g, deeper)
+    ]
+    assert full[1].memory["activations"] - full[0].memory["activations"] == 2 * s * d * 2 * b
 
 
 def test_weights_match_the_torch_distributed_plan() -> None:

@@ -149,18 +149,16 @@ def test_hf_counts_the_published_number_from_the_same_config(preset: str) -> Non
     assert model.num_parameters() == PUBLISHED[preset]
 
 
-def test_deepseek_v3_splits_latent_attention_over_tp_and_refuses_cp_at_the_latent_key() -> None:
+def test_deepseek_v3_splits_latent_attention_over_tp_and_cp() -> None:
     """Latent attention splits by heads over tp (q_b, kv_b by head rows, out row-wise; the latent whole on every
-    rank, its cache too); context parallelism has no plan for it (the torch runtime neither): refused, pointing
-    at attention.latent."""
+    rank, its cache too) and by tokens over cp (the expanded K/V pass round the ring, as Megatron-Core's MLA
+    hands them to its core attention)."""
     from specc import lower
     from specc.analysis.layouts.layout import Layout, LayoutError, check_layout
     from specc.analysis.layouts.shard import param_shards
 
     g = lower(load_spec("deepseek-v3"))
-    with pytest.raises(LayoutError) as e:
-        check_layout(g, Layout(cp=2, dp=1), 4096)
-    assert e.value.key == ("attention", "latent") and "latent attention (MLA)" in str(e.value)
+    check_layout(g, Layout(cp=2, dp=1), 4096)
     check_layout(g, Layout(tp=8, pp=4, dp=8, ep=8), 4096)
     split = {p.name.split(".", 3)[-1]: p.tp_dim for p in param_shards(g) if p.name.startswith("blocks.0.attn.")}
     assert split == {"q_a.weight": None, "q_a_norm.weight": None, "q_b.weight": 0, "kv_a.weight": None,

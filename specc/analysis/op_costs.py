@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
@@ -50,13 +50,20 @@ class OpCost:
 def evaluate(g: LayerGraph, env: dict[str, int], ctx: Ctx, only: set[str] | None = None) -> list[OpCost]:
     """Costs of every op (or of the ops named in ``only``) with symbols bound by ``env``."""
     out: list[OpCost] = []
+    kept: set[tuple[int | None, str]] = set()  # (block, tensor): inputs a linear already keeps for its backward
     for op in g.ops():
+        shared = op.kind == "linear" and (op.layer, op.inputs[0]) in kept
+        if op.kind == "linear":
+            kept.add((op.layer, op.inputs[0]))
         if only is not None and op.name not in only:
             continue
         flops, memory = rules_for(op.kind, op.name)
         ins = [dims(g.shape_of(i), env) for i in op.inputs]
         shape = dims(op.shape, env)
-        out.append(OpCost(op, tuple(flops(op.attrs, ins, shape, ctx)), memory(op.attrs, ins, shape, ctx)))
+        mem = memory(op.attrs, ins, shape, ctx)
+        if shared:  # a tensor several linears read (gate and up, MLA's q_a and kv_a) is kept once
+            mem = replace(mem, saved=0, saved_fused=None)
+        out.append(OpCost(op, tuple(flops(op.attrs, ins, shape, ctx)), mem))
     return out
 
 

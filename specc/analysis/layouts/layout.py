@@ -113,7 +113,6 @@ class GraphFacts:
     hidden_units: tuple[int, ...]  # MLP / expert hidden widths
     blocks: int
     experts: int | None
-    latent: bool = False  # multi-head latent attention: split by heads over tp; no context-parallel plan (yet)
 
 
 def graph_facts(g: LayerGraph) -> GraphFacts:
@@ -128,7 +127,6 @@ def graph_facts(g: LayerGraph) -> GraphFacts:
         tuple(sorted({w for op in g.ops() if (w := _hidden_units(op)) is not None})),
         block_count(g),
         next((int(op.attrs.experts) for op in g.ops() if op.kind == "moe"), None),
-        any(op.kind == "latent_attention" for op in g.ops()),
     )
 
 
@@ -136,12 +134,6 @@ def check_layout(g: LayerGraph | GraphFacts, lay: Layout, seq: int) -> None:
     """Refuse a layout the graph cannot be split into, naming the spec key in the way."""
     f = g if isinstance(g, GraphFacts) else graph_facts(g)
     heads = f.heads
-    if lay.cp > 1 and f.latent:  # the torch runtime has no plan for it either
-        raise LayoutError(
-            f"cp={lay.cp}: latent attention (MLA) has no context-parallel plan",
-            key=("attention", "latent"),
-            hint="use cp=1 (dp, tp, pp and ep apply)",
-        )
     if lay.tp > 1:
         if heads is None or f.recurrent:
             raise LayoutError(

@@ -14,8 +14,8 @@ the op is in torch's compute-intensive list (``get_default_op_list``: mm, addmm,
 that the ``aten.mm`` calls are counted per region and the even-numbered ones (2nd, 4th …) are recomputed. specc's
 torch linears call ``aten.addmm`` with a bias (always saved, not counted) and ``aten.mm`` without (counted), in
 the block's graph order; the attention core is one SDPA call (output and its log-sum-exp saved; the ``math``
-implementation's bmm outputs: output and N² scores). A MoE layer's expert GEMMs are a data-dependent number of
-mm calls: half of them are taken as saved.
+implementation's bmm outputs: output and N² scores), a latent one (MLA) after kv_b's counted ``aten.mm``. A MoE
+layer's expert GEMMs are a data-dependent number of mm calls: half of them are taken as saved.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from functools import cached_property
 from typing import Any
 
 from ...ir.graph import LayerGraph, dims
+from ...ir.ops import ATTENTION_KINDS, LatentAttentionAttrs
 from ...spec.schema import DTYPE_BYTES
 from ..costs import Ctx, numel
 from ..op_costs import decode_ops, evaluate
@@ -200,7 +201,8 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
         width = numel(shape) * elem_bytes
         saved_s, saved_r, sel_s = 0, c.mem.saved, 0
         sharded = role in ("column", "row", "vocab") and op.kind == "linear"
-        if op.kind == "attention":
+        core = op.kind in ATTENTION_KINDS  # a fused SDPA call (MLA: after kv_b's expansion, split by heads)
+        if core:
             sharded, saved_s, saved_r = True, c.mem.saved, 0
             sel_s = c.mem.fused - c.mem.scores_fused  # Q, K, V kept; scores, softmax, dropout recomputed
         elif op.kind in ("glu", "activation") and op.layer is not None:
@@ -211,7 +213,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
             sharded, saved_r = True, c.mem.saved - saved_s
         elif role == "row":
             saved_s, saved_r = c.mem.saved, 0
-        if op.kind != "attention":
+        if not core:
             sel_s = saved_s
         logits = 0
         if training and op.name in outputs and op.category == "lm_head":
@@ -224,17 +226,17 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
         if column and op.inputs[0] not in f_inputs:  # gate and up (q and kv…) read one tensor: one all-reduce
             f_inputs.add(op.inputs[0])
             tp_bwd = numel(ins[0]) * elem_bytes
-        kv_bytes = block_input = 0
-        if op.kind == "attention":
+        kv_bytes = block_input = keys = 0
+        if core:
             keys = ins[1][1] if op.attrs.cross else ins[0][1]
-            kv_bytes = 2 * keys * op.attrs.kv_heads * op.attrs.head_dim * elem_bytes
+            kv_bytes = keys * _kv_width(op.attrs) * elem_bytes
             if not op.attrs.cross:
                 block_input = numel(ins[0][:-1]) * _width(g, op.name) * elem_bytes
         routed = numel(ins[0][:-1]) * op.attrs.active * op.attrs.dim * elem_bytes if op.kind == "moe" else 0
         kv = c.mem.kv_cache if dec is not None and op.name in dec else 0
         causal = scores = 0
         gemm = (0, 0)
-        if op.kind == "attention":
+        if core:
             causal = sum(f.useful_matmul for f in c.flops)
             scores = c.mem.scores // elem_bytes if elem_bytes else 0
             gemm = (int(op.attrs.head_dim), int(op.attrs.head_dim))
@@ -260,16 +262,16 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     tp_bwd=tp_bwd,
                     kv_bytes=kv_bytes,
                     routed=routed,
-                    attention=op.kind == "attention",
+                    attention=core,
                     in_block=op.layer is not None,
                     matmul_causal=causal,
                     scores=scores,
-                    attn_dropout=op.kind == "attention" and float(op.attrs.dropout or 0) > 0,
-                    saved_flash=c.mem.fused if op.kind == "attention" else 0,
+                    attn_dropout=core and float(op.attrs.dropout or 0) > 0,
+                    saved_flash=c.mem.fused if core else 0,
                     gemm=gemm,
                     role=role,
                     out_bytes=width,
-                    keys=(ins[1][1] if op.attrs.cross else ins[0][1]) if op.kind == "attention" else 0,
+                    keys=keys,
                     op_kept=op_kept,
                     op_rerun=op_rerun,
                     op_math=op_math,
@@ -294,12 +296,28 @@ def _op_policy(
             return width, 0.0, 0  # aten.addmm: saved, not counted
         mm_count[op.layer] += 1
         return (width, 0.0, 0) if mm_count[op.layer] % 2 else (0, 1.0, 0)
-    if op.kind == "attention":
+    if op.kind in ATTENTION_KINDS:
         lse = int(op.attrs.heads) * ins[0][1] * LOSS_BYTES  # fused SDPA: output and fp32 log-sum-exp
-        return width + lse, 0.0, c.mem.scores - lse  # math: output and the QKᵀ bmm's scores
+        kept, rerun = width + lse, 0.0
+        if op.kind == "latent_attention":  # kv_b's expansion is a counted aten.mm before the SDPA call
+            mm_count[op.layer] += 1
+            a, tokens = op.attrs, ins[0][1]
+            if mm_count[op.layer] % 2:
+                kept += tokens * a.heads * (a.nope_head_dim + a.v_head_dim) * elem_bytes
+            else:
+                rerun = next(f.matmul for f in c.flops if f.part == "qkv_proj") / c.total
+        return kept, rerun, c.mem.scores - lse  # math: output and the QKᵀ bmm's scores
     if op.kind == "moe":
         return moe_saved // 2, 0.5, 0
     return 0, 1.0, 0
+
+
+def _kv_width(a: Any) -> int:
+    """K and V elements per key that the SDPA call reads (what context parallelism rings): MLA's are kv_b's
+    per-head expansion, [k_nope | rotary key] and v, as Megatron-Core's MLA hands them to its core attention."""
+    if isinstance(a, LatentAttentionAttrs):
+        return a.heads * (a.head_dim + a.v_head_dim)
+    return 2 * a.kv_heads * a.head_dim
 
 
 def _width(g: LayerGraph, attention: str) -> int:

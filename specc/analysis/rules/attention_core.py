@@ -103,6 +103,9 @@ def attention_memory(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) ->
     bias = scores * ctx.bytes if a.alibi_max_bias is not None or a.position_bias else 0  # (T5's bias too)
     # torch's rotary makes new q and k while V stays a view of the packed q|k|v: that whole buffer is kept too
     rotated = (q + b * nk * kv * hd) * ctx.bytes if a.rope_dims and not a.cross else 0
+    # … and the rotated q is dense [B, H, N, D], so SDPA's output is too (kept for its backward) and the output
+    # projection keeps its own [B, N, H·D] copy; off a view of q|k|v the two are one tensor
+    rotated += numel(out) * ctx.bytes if rotated else 0
     rotated += q * ctx.bytes if a.temperature_floor is not None else 0  # the scaled q is a new tensor too
     return Mem(
         saved=saved,
@@ -154,9 +157,13 @@ def latent_attention_memory(a: LatentAttentionAttrs, ins: list[Dims], out: Dims,
     if a.dropout > 0:
         saved += scores * C.MASK_BYTES + scores * ctx.bytes
     stats = b * h * nq * C.STAT_BYTES
+    # torch's layer: V views kv_b's [k_nope | v] output, so its k half stays too; q is a new dense [B, H, N, D]
+    # tensor, so SDPA's output is one as well, apart from the output projection's [B, N, H·v] copy
+    torch_extra = (b * nk * h * a.nope_head_dim + numel(out)) * ctx.bytes
     return Mem(
         saved=saved,
         saved_fused=(q + k_v + latent) * ctx.bytes + stats,
+        saved_torch=torch_extra,
         io=(q + latent + k_v + numel(out)) * ctx.bytes,
         scores=scores * ctx.bytes,
         scores_fused=stats,
