@@ -8,6 +8,7 @@ from dataclasses import replace
 import specc
 from specc.analysis.layouts import Layout, Training, param_shards, per_device_weight_bytes
 from specc.analysis.layouts.device_memory import model_states
+from specc.analysis.layouts.profile import profile
 from specc.analysis.layouts.run import analyze_layout
 from specc.analysis.layouts.shard import weights_per_stage
 
@@ -195,8 +196,9 @@ MLA_DENSE = ["layer_pattern=null", "layer_kinds=null", "mlp={type: swiglu, hidde
 
 def test_latent_attention_is_an_attention_core_for_layouts() -> None:
     """MLA is costed as the attention core it is: a fused kernel keeps Q, K, V and row statistics where math
-    keeps the N² scores, both split by heads over tp; context parallelism rings the per-head K and V that kv_b
-    expands (Megatron-Core's MLA hands those to its core attention); full recompute keeps each block's input."""
+    keeps the N² scores, both split by heads over tp, whose backward sums the latent's gradient; context
+    parallelism rings the per-head K and V that kv_b expands (Megatron-Core's MLA hands those to its core
+    attention); full recompute keeps each block's input."""
     s, b, m, h, qk, v, d = 4096, 1, 2, 128, 128 + 64, 128, 7168
     g = _graph("deepseek-v3", "blocks=2", *MLA_DENSE)
 
@@ -212,6 +214,8 @@ def test_latent_attention_is_an_attention_core_for_layouts() -> None:
     two = analyze_layout(g, Layout(cp=2), training=tr, is_training=True, seq=s)
     kv = 2 * s * h * (qk + v) * 2 * b  # the expanded K and V of 2 layers, all tokens, bf16
     assert two.comm_by_group["cp"] == {"all_gather": round(m * kv * 2 / 2), "reduce_scatter": round(m * kv / 2)}
+    core = next(p for _, p in profile(g, s, None, "bf16", training=True).ops if p.attention)
+    assert core.tp_bwd == s * (512 + 64) * 2  # the latent's gradient, summed over the tp ranks that read it
     deeper = _graph("deepseek-v3", "blocks=4", *MLA_DENSE)
     full = [
         analyze_layout(x, Layout(), training=replace(tr, recompute="full"), is_training=True, seq=s)

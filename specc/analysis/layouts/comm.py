@@ -5,8 +5,8 @@ ranks sends 2(n−1)/n·S, an all-gather or reduce-scatter of a tensor that is S
 all-to-all (n−1)/n of the bytes it holds, a point-to-point send its tensor.
 
 - tp (Shoeybi et al. 2019; Korthikanti et al. 2022 §4.2.2): each row-parallel output (and the
-  vocabulary-parallel embedding) is all-reduced in the forward pass, each column-parallel input in the
-  backward pass; with sequence parallelism each all-reduce becomes a reduce-scatter plus an all-gather (the
+  vocabulary-parallel embedding) is all-reduced in the forward pass, each column-parallel input (and MLA's
+  latent, read whole by every rank's heads) in the backward pass; with sequence parallelism each all-reduce becomes a reduce-scatter plus an all-gather (the
   same bytes). Full recompute runs the forward collectives again. The loss's own reductions (two floats per
   token) and ``qk_norm: full``'s sums of squares (one float per token and norm) are left out.
 - cp (ring attention, as Megatron-LM's context parallelism): K and V are all-gathered in the forward pass,

@@ -223,9 +223,12 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
         tp_fwd = width if role == "row" or op.kind == "moe" or (op.kind == "embedding") else 0
         tp_bwd = 0
         column = (role in ("column", "vocab") and op.kind == "linear") or op.kind == "moe"
-        if column and op.inputs[0] not in f_inputs:  # gate and up (q and kv…) read one tensor: one all-reduce
-            f_inputs.add(op.inputs[0])
-            tp_bwd = numel(ins[0]) * elem_bytes
+        # the tensor whose gradient the backward sums over tp (once, though gate and up both read it): a
+        # column-parallel input; MLA's whole latent, which each rank's kv_b rows and heads read
+        f_input = 1 if op.kind == "latent_attention" else 0 if column else None
+        if f_input is not None and op.inputs[f_input] not in f_inputs:
+            f_inputs.add(op.inputs[f_input])
+            tp_bwd = numel(ins[f_input]) * elem_bytes
         kv_bytes = block_input = keys = 0
         if core:
             keys = ins[1][1] if op.attrs.cross else ins[0][1]
