@@ -6,9 +6,10 @@ all-to-all (n−1)/n of the bytes it holds, a point-to-point send its tensor.
 
 - tp (Shoeybi et al. 2019; Korthikanti et al. 2022 §4.2.2): each row-parallel output (and the
   vocabulary-parallel embedding) is all-reduced in the forward pass, each column-parallel input (and MLA's
-  latent, read whole by every rank's heads) in the backward pass; with sequence parallelism each all-reduce becomes a reduce-scatter plus an all-gather (the
-  same bytes). Full recompute runs the forward collectives again. The loss's own reductions (two floats per
-  token) and ``qk_norm: full``'s sums of squares (one float per token and norm) are left out.
+  latent, read whole by every rank's heads) in the backward pass; with sequence parallelism each all-reduce
+  becomes a reduce-scatter plus an all-gather (the same bytes). Full recompute runs the forward collectives
+  again. The loss's own reductions (two floats per token) and ``qk_norm: full``'s sums of squares (one float per
+  token and norm) are left out.
 - cp (ring attention, as Megatron-LM's context parallelism): K and V are all-gathered in the forward pass,
   again in the backward pass, and their gradients reduce-scattered.
 - ep: dispatch and combine all-to-alls of the routed tokens (tokens × active × width), in both passes.
