@@ -1,8 +1,9 @@
 """The analyzer's activations for a training step as specc's torch layers run it on the CPU (``kernels``
 ``torch-cpu``) against the bytes autograd really saves (``saved_tensors_hooks``, each storage once, as
 ``train --parallel ... --report`` measures them): within 2% for Llama-style models (RMSNorm, SwiGLU, GQA,
-RoPE), QK-norm (Qwen3), the (1 + w) norm (Gemma), a top-2 MoE (Mixtral), latent attention (DeepSeek) and GPT-2.
-One process, tiny models: seconds."""
+RoPE), QK-norm (Qwen3), the (1 + w) norm (Gemma), a top-2 MoE (Mixtral), latent attention (DeepSeek), soft-capped
+scores (Gemma 2), attention sinks with clamped SwiGLU experts (GPT-OSS) and GPT-2, in fp32 and bf16. One process,
+tiny models: seconds."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ CASES = {
     "gemma-7b": ["attention.kv_heads=1", "attention.head_dim=16"],
     "gpt2": [],
     "mixtral-8x7b": ["attention.kv_heads=2"],  # top-2 of 8 SwiGLU experts, sorted dispatch
+    # soft-capped scores and sliding windows: torch's explicit softmax
+    "gemma2-9b": ["attention.kv_heads=2", "attention.head_dim=16", "layer_kinds.sliding.attention.window=16"],
+    # attention sinks (the explicit softmax) and clamped SwiGLU experts
+    "gpt-oss-20b": ["attention.kv_heads=2", "attention.head_dim=16", "mlp.experts=4", "mlp.active=2",
+                    "layer_kinds.sliding.attention.window=16"],
     # latent attention, dense: v as wide as q/k, as torch's CPU SDPA has a fused kernel for that alone
     "deepseek-v3": ["attention.latent={kv_rank: 32, q_rank: 48, rope_head_dim: 8, nope_head_dim: 16, v_head_dim: 24}",
                     "layer_pattern=null", "layer_kinds=null", "mlp={type: swiglu, hidden: 128, activation: silu}",
@@ -39,23 +45,26 @@ def _measured(g: object) -> int:
     with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
         logits = model(ids)
         logits = logits if torch.is_tensor(logits) else logits[0]
-        torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten()).backward()
+        # the loss in fp32, as specc's training loop computes it
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids.flatten()).backward()
     return saved.peak
 
 
-def _predicted(g: object, kernels: str) -> int:
+def _predicted(g: object, kernels: str, dtype: str = "fp32") -> int:
     t = Training(micro_batch=B, global_batch=B, attention="flash", kernels=kernels)
-    cost = analyze_layout(g, Layout(), training=t, is_training=True, seq=N, dtype="fp32")
+    cost = analyze_layout(g, Layout(), training=t, is_training=True, seq=N, dtype=dtype)
     return int(cost.stages[0]["activations"])
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("preset", sorted(CASES))
-def test_torch_cpu_activations_are_what_autograd_saves(preset: str) -> None:
-    g = specc.lower(specc.load_spec(preset, [*TINY, *CASES[preset]]))
+def test_torch_cpu_activations_are_what_autograd_saves(preset: str, dtype: str) -> None:
+    """bf16 as well: specc's RMSNorm normalises in fp32 there on any device (the fp32 input and rstd kept)."""
+    g = specc.lower(specc.load_spec(preset, [*TINY, *CASES[preset], f"dtype={dtype}"]))
     measured = _measured(g)
-    assert _predicted(g, "torch-cpu") == pytest.approx(measured, rel=0.02), preset
+    assert _predicted(g, "torch-cpu", dtype) == pytest.approx(measured, rel=0.02), (preset, dtype)
     if preset != "gpt2":  # fused kernels keep less than torch's eager ops: the setting is what closes the gap
-        assert _predicted(g, "fused") < 0.85 * measured, preset
+        assert _predicted(g, "fused", dtype) < 0.85 * measured, (preset, dtype)
 
 
 def test_torch_kernels_differ_from_torch_cpu_by_the_composite_rms_norm_alone() -> None:

@@ -107,6 +107,8 @@ def attention_memory(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) ->
     # projection keeps its own [B, N, H·D] copy; off a view of q|k|v the two are one tensor
     rotated += numel(out) * ctx.bytes if rotated else 0
     rotated += q * ctx.bytes if a.temperature_floor is not None else 0  # the scaled q is a new tensor too
+    if capped and not a.cross:
+        rotated = _explicit_softmax_kept(a, b, nq, nk, ctx.bytes) - saved
     return Mem(
         saved=saved,
         saved_fused=saved if capped else (q + k_v) * ctx.bytes + stats,
@@ -116,6 +118,22 @@ def attention_memory(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) ->
         scores_fused=scores * ctx.bytes if capped else stats + bias,
         kv_cache=2 * b * cached * kv * hd * ctx.bytes,
     )
+
+
+def _explicit_softmax_kept(a: AttentionAttrs, b: int, nq: int, nk: int, elem: int) -> int:
+    """What autograd keeps of torch's explicit softmax (``math_attention``: soft-capped scores, sinks) in a
+    self-attention fed by a packed q|k|v: q (a view of the buffer unless rotated or scaled), K and V (repeated to
+    the query heads under GQA; else the rotated k, V a view of the buffer), the tanh of soft-capped scores, the
+    fp32 softmax output (with the sinks' column) and, below fp32, its cast; dropout's mask and output as ``saved``.
+    Masks (one bool [N_q, N_k] per layer) are left out."""
+    h, kv, hd, scores = a.heads, a.kv_heads, a.head_dim, b * a.heads * nq * nk
+    new_q, gqa = bool(a.rope_dims) or a.temperature_floor is not None, kv != h
+    tensors = b * nq * h * hd if new_q else 0
+    tensors += 2 * b * nk * h * hd if gqa else b * nk * h * hd if a.rope_dims else 0
+    tensors += b * nq * (h + 2 * kv) * hd if not (gqa and new_q) else 0  # the buffer a kept view holds
+    probs = b * h * nq * (nk + a.sinks) * C.STAT_BYTES + (scores * elem if elem != C.STAT_BYTES else 0)
+    dropped = scores * (C.MASK_BYTES + elem) if a.dropout > 0 else 0
+    return tensors * elem + probs + (scores * elem if a.softcap else 0) + dropped
 
 
 def _latent_lengths(a: LatentAttentionAttrs, ins: list[Dims], ctx: Ctx) -> tuple[int, int, int]:

@@ -53,6 +53,8 @@ def moe_memory(a: MoEAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     # the torch layer's dispatch also keeps act(gate) (SwiGLU), the experts' outputs and their weighted copy, the
     # int64 sort order, token and top-k indices and the fp32 gate weights (per token, gathered per pair) and sums
     act = routed * h if a.expert == "swiglu" else 0
+    if a.expert == "swiglu" and a.clamp_limit is not None:  # GPT-OSS: the raw gate and up (clamp's inputs),
+        act += 3 * routed * h  # up + 1 and (up + 1)·gate (the products' inputs) beyond σ(α·gate)
     torch_extra = (act + 2 * routed * d) * ctx.bytes + (2 * routed + t * k) * 8 + (t * k + routed + t) * C.STAT_BYTES
     return Mem(
         saved_torch=torch_extra,

@@ -58,12 +58,17 @@ def slice_norm_memory(a: SliceRMSNormAttrs, ins: list[Dims], out: Dims, ctx: Ctx
 def norm_memory(a: LayerNormAttrs | RMSNormAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     weights = a.dim * (2 if isinstance(a, LayerNormAttrs) and a.bias else 1)
     saved = numel(ins[0]) * ctx.bytes
-    extra = 0
-    if isinstance(a, RMSNormAttrs):  # torch's composite rms_norm: x and x·rstd in fp32, rstd per row
-        extra = 2 * numel(ins[0]) * C.STAT_BYTES + tokens(ins[0]) * C.STAT_BYTES - saved
-    unit = isinstance(a, RMSNormAttrs) and a.unit_offset  # the (1 + w) form runs that composite on any device
-    return Mem(saved=saved, io=io_bytes(ins, out, ctx), weights_read=weights,
-               saved_torch=extra if unit else 0, saved_torch_cpu=0 if unit else extra)  # fmt: skip
+    torch_extra = cpu_extra = 0
+    if isinstance(a, RMSNormAttrs):
+        fp32, rstd = numel(ins[0]) * C.STAT_BYTES, tokens(ins[0]) * C.STAT_BYTES
+        if a.unit_offset:  # the (1 + w) composite, on any device: x and x·rstd in fp32, rstd per row
+            torch_extra = 2 * fp32 + rstd - saved
+        elif ctx.bytes < C.STAT_BYTES:  # half precision: specc's composite on any device (x in fp32, rstd, and
+            torch_extra = fp32 + rstd  # x·rstd cast back, the size of the input ``saved`` counts)
+        else:  # fp32: torch's rms_norm, one fused kernel on a GPU, the composite on the CPU
+            cpu_extra = 2 * fp32 + rstd - saved
+    return Mem(saved=saved, io=io_bytes(ins, out, ctx), weights_read=weights, saved_torch=torch_extra,
+               saved_torch_cpu=cpu_extra)  # fmt: skip
 
 
 def activation_flops(a: ActivationAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
