@@ -2,7 +2,8 @@
 ``torch-cpu``) against the bytes autograd really saves (``saved_tensors_hooks``, each storage once, as
 ``train --parallel ... --report`` measures them): within 2% for Llama-style models (RMSNorm, SwiGLU, GQA,
 RoPE), QK-norm (Qwen3), the (1 + w) norm (Gemma), a top-2 MoE (Mixtral), latent attention (DeepSeek), soft-capped
-scores (Gemma 2), attention sinks with clamped SwiGLU experts (GPT-OSS) and GPT-2, in fp32 and bf16. One process,
+scores (Gemma 2), attention sinks with clamped SwiGLU experts (GPT-OSS), parallel blocks (Pythia), chunked
+attention (Llama 4), a local-window encoder (ModernBERT) and GPT-2, in fp32 and bf16. One process,
 tiny models: seconds."""
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ CASES = {
     "gemma-7b": ["attention.kv_heads=1", "attention.head_dim=16"],
     "gpt2": [],
     "mixtral-8x7b": ["attention.kv_heads=2"],  # top-2 of 8 SwiGLU experts, sorted dispatch
+    "pythia-1.4b": [],  # parallel attention and MLP: two norms read one residual stream, kept once
+    "modernbert-base": ["layer_kinds.local.attention.window=16", "layer_pattern=[global, local]"],  # encoder
+    # chunked attention, NoPE layers, shared + routed experts
+    "llama4-scout": ["attention.kv_heads=2", "mlp.experts=4", "layer_kinds.rope.attention.chunk=16",
+                     "layer_pattern=[rope, nope]"],
     # soft-capped scores and sliding windows: torch's explicit softmax
     "gemma2-9b": ["attention.kv_heads=2", "attention.head_dim=16", "layer_kinds.sliding.attention.window=16"],
     # attention sinks (the explicit softmax) and clamped SwiGLU experts
@@ -39,7 +45,7 @@ B, N = 4, 32
 
 def _measured(g: object) -> int:
     torch.manual_seed(0)
-    model = specc.build_torch(g)
+    model = specc.build_torch(g).train()  # a training step: dropout and routers as in training
     ids = torch.randint(0, 64, (B, N))
     saved = SavedTensors({p.untyped_storage().data_ptr() for p in model.parameters()})
     with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):

@@ -47,13 +47,19 @@ class OpCost:
         return sum(f.matmul + f.other for f in self.flops)
 
 
+# Kinds whose ``saved`` is their first input, whole: a later reader of a tensor one already keeps adds nothing.
+# (Not RMSNorm: in half precision specc's composite keeps its own normalised tensor in that place.)
+KEEP_THEIR_INPUT = ("linear", "layernorm")
+
+
 def evaluate(g: LayerGraph, env: dict[str, int], ctx: Ctx, only: set[str] | None = None) -> list[OpCost]:
     """Costs of every op (or of the ops named in ``only``) with symbols bound by ``env``."""
     out: list[OpCost] = []
-    kept: set[tuple[int | None, str]] = set()  # (block, tensor): inputs a linear already keeps for its backward
+    kept: set[tuple[int | None, str]] = set()  # (block, tensor): inputs an op already keeps for its backward
     for op in g.ops():
-        shared = op.kind == "linear" and (op.layer, op.inputs[0]) in kept
-        if op.kind == "linear":
+        keeps_input = op.kind in KEEP_THEIR_INPUT
+        shared = keeps_input and (op.layer, op.inputs[0]) in kept
+        if keeps_input:
             kept.add((op.layer, op.inputs[0]))
         if only is not None and op.name not in only:
             continue
@@ -61,7 +67,7 @@ def evaluate(g: LayerGraph, env: dict[str, int], ctx: Ctx, only: set[str] | None
         ins = [dims(g.shape_of(i), env) for i in op.inputs]
         shape = dims(op.shape, env)
         mem = memory(op.attrs, ins, shape, ctx)
-        if shared:  # a tensor several linears read (gate and up, MLA's q_a and kv_a) is kept once
+        if shared:  # a tensor several ops read (gate and up, MLA's q_a and kv_a, parallel blocks' norms): once
             mem = replace(mem, saved=0, saved_fused=None)
         out.append(OpCost(op, tuple(flops(op.attrs, ins, shape, ctx)), mem))
     return out
