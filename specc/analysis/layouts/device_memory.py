@@ -64,7 +64,7 @@ def activations_per_microbatch(
     if t.recompute == "full":
         return _div(st.full_kept * b, rep_div) + outside  # one block input per block
     if t.recompute == "op":
-        sharded = st.op_sharded + (st.op_math if attention == "math" else 0)
+        sharded = st.op_sharded + (st.op_math if attention == "math" else st.cpu_math_op if cpu else 0)
         kept = _div((st.full_kept + st.op_replicated) * b, rep_div) + _div(sharded * b, tp * cp)
         return kept + outside
     sharded = st.selective_sharded if t.recompute == "selective" else st.saved_sharded
@@ -74,6 +74,8 @@ def activations_per_microbatch(
     if t.kernels != "fused":  # what torch's eager ops keep beyond fused kernels (a checkpointed core: its input)
         sharded += st.torch_sharded - (st.torch_attention if t.recompute == "selective" else 0)
         replicated += st.torch_replicated + (st.torch_cpu if cpu else 0)
+    if cpu and t.recompute == "none":  # cores without a fused CPU kernel keep what their math path keeps
+        sharded += st.cpu_math_flash if attention == "flash" else st.cpu_math_math
     gathered = _div(st.logits * b, cp) - _div(st.logits * b, tp * cp) if not t.loss_parallel else 0
     return _div(sharded * b, tp * cp) + _div(replicated * b, rep_div) + gathered
 

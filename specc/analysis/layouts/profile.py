@@ -28,6 +28,7 @@ from typing import Any
 from ...ir.graph import LayerGraph, dims
 from ...ir.ops import ATTENTION_KINDS, LatentAttentionAttrs
 from ...spec.schema import DTYPE_BYTES
+from .. import constants as C
 from ..costs import Ctx, numel
 from ..op_costs import decode_ops, evaluate
 from .shard import tp_roles
@@ -72,6 +73,8 @@ class OpProfile:
     torch_extra: int = 0  # kept beyond saved_* by torch's eager ops (Mem.saved_torch; sharded iff ``sharded``)
     torch_cpu_extra: int = 0  # … and beyond that on the CPU (Mem.saved_torch_cpu: norms, replicated)
     kv_cache_whole: int = 0  # the part of kv_cache every tp rank holds whole (MLA's latent and rotary key)
+    cpu_math: bool = False  # attention torch's CPU SDPA has no fused kernel for (dropout; MLA's v ≠ q/k width)
+    cpu_math_kept: int = 0  # … what its math path keeps there (scores; dropout's mask in the input's dtype)
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,6 +110,11 @@ class Stage:
     torch_attention: int = 0  # the attention cores' part of torch_sharded (the packed q|k|v rotary leaves)
     logits: int = 0  # the fp32 logits the cross-entropy keeps (in outside_sharded: vocabulary-parallel)
     kv_cache_whole: int = 0  # the part of kv_cache not split by tp (MLA's replicated latent)
+    # kernels torch-cpu: what the attention cores without a fused CPU kernel keep beyond the fused accounting
+    # (flash: kept − saved_flash − torch extras; math: kept − saved − torch extras) and their math bmm outputs
+    cpu_math_flash: int = 0
+    cpu_math_math: int = 0
+    cpu_math_op: int = 0
 
 
 def _stage(ops: Counter[OpProfile], key: int) -> Stage:
@@ -144,6 +152,9 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         sum(c * p.torch_extra for p, c in items if p.attention),
         total("logits"),
         total("kv_cache_whole"),
+        sum(c * (p.cpu_math_kept - p.saved_flash - p.torch_extra) for p, c in items if p.cpu_math),
+        sum(c * (p.cpu_math_kept - p.saved_sharded - p.torch_extra) for p, c in items if p.cpu_math),
+        sum(c * p.op_math for p, c in items if p.cpu_math and p.in_block),
     )
 
 
@@ -246,6 +257,11 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
         elif op.kind == "linear":
             gemm = (int(op.attrs.in_features), int(op.attrs.out_features))
         op_kept, op_rerun, op_math = _op_policy(op, c, width, ins, elem_bytes, saved_s, mm_count)
+        dropout = core and float(op.attrs.dropout or 0) > 0
+        # torch's CPU SDPA runs these on its math path: no dropout in its fused kernel, nor V of another width
+        cpu_math = dropout or (op.kind == "latent_attention" and op.attrs.v_head_dim != op.attrs.head_dim)
+        cpu_math = cpu_math and not (op.kind == "attention" and (op.attrs.softcap or op.attrs.sinks))
+        cpu_mask = scores * (elem_bytes - C.MASK_BYTES) if dropout else 0  # the CPU's mask: the input's dtype
         out.append(
             (
                 where[op.name],
@@ -269,7 +285,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     in_block=op.layer is not None,
                     matmul_causal=causal,
                     scores=scores,
-                    attn_dropout=core and float(op.attrs.dropout or 0) > 0,
+                    attn_dropout=dropout,
                     saved_flash=c.mem.fused if core else 0,
                     gemm=gemm,
                     role=role,
@@ -281,6 +297,8 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     torch_extra=c.mem.saved_torch,
                     torch_cpu_extra=c.mem.saved_torch_cpu,
                     logits=logits,
+                    cpu_math=bool(cpu_math),
+                    cpu_math_kept=c.mem.saved + cpu_mask if cpu_math else 0,
                 ),
             )
         )

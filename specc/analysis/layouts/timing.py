@@ -19,7 +19,7 @@ tensor-parallel ops (all ops with sequence parallelism) and by cp.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..devices import Device
 from ..efficiency import Efficiency, combine
@@ -73,7 +73,8 @@ def _gemm_dim(p: OpProfile, tokens: float, tp: int) -> float:
 
 
 def _forward(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float, tp: int) -> tuple[float, ...]:
-    """(seconds, compute, memory, matmul seconds, kernels) of one forward of the op on one device."""
+    """(seconds, compute, memory, matmul seconds, kernels) of one forward of the op on one device (``r``: the
+    op's rates, its attention implementation included)."""
     mm = p.matmul * b / div
     traffic = p.io * b / div + p.weights_read * r.weight_bytes / wdiv
     kernels = 1.0
@@ -93,6 +94,8 @@ def _forward(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float,
 
 def op_time(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float, tp: int, t: Training,
             training: bool) -> OpTime:  # fmt: skip
+    if p.cpu_math and t.kernels == "torch-cpu" and r.attention == "flash":  # no fused CPU kernel for it
+        r = replace(r, attention="math")
     fwd, c, m, mm_s, kernels = _forward(p, r, b, div, wdiv, tokens, tp)
     out = OpTime(forward=fwd, compute=c, memory=m)
     if not training:

@@ -106,8 +106,8 @@ def add_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
 
 
 def add_memory(a: AddAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    mask = numel(out) * C.MASK_BYTES if a.dropout > 0 else 0  # dropout on the branch
-    return Mem(saved=mask, io=io_bytes(ins, out, ctx))
+    mask = numel(out) if a.dropout > 0 else 0  # dropout on the branch (on the CPU: a mask of the input's dtype)
+    return Mem(saved=mask * C.MASK_BYTES, io=io_bytes(ins, out, ctx), saved_torch_cpu=mask * (ctx.bytes - C.MASK_BYTES))
 
 
 def dropout_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
@@ -115,7 +115,10 @@ def dropout_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
 
 
 def dropout_memory(a: DropoutAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    return Mem(saved=numel(out) * C.MASK_BYTES if a.p > 0 else 0)
+    """A bool mask (CUDA's native dropout); torch's CPU dropout keeps its mask in the input's dtype."""
+    if a.p <= 0:
+        return Mem()
+    return Mem(saved=numel(out) * C.MASK_BYTES, saved_torch_cpu=numel(out) * (ctx.bytes - C.MASK_BYTES))
 
 
 def pool_flops(a: PoolAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
