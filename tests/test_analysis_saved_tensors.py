@@ -81,13 +81,14 @@ CPU_MATH = {
 }
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("preset", sorted(CPU_MATH))
-def test_cores_without_a_fused_cpu_kernel_keep_what_the_math_path_keeps(preset: str) -> None:
+def test_cores_without_a_fused_cpu_kernel_keep_what_the_math_path_keeps(preset: str, dtype: str) -> None:
     """torch's CPU SDPA has no fused kernel for dropout or for V of another width than Q/K: those cores run the
-    math path (scores kept) although flash is asked for; CPU dropout keeps its mask in the input's dtype. fp32
-    (in bf16 the math path keeps more than the analyzer counts: not modelled yet)."""
-    g = specc.lower(specc.load_spec(preset, [*TINY, *CPU_MATH[preset]]))
-    assert _predicted(g, "torch-cpu") == pytest.approx(_measured(g), rel=0.02), preset
+    math path (scores kept, in fp32 whatever the dtype) although flash is asked for; CPU dropout elsewhere keeps
+    its mask in the input's dtype."""
+    g = specc.lower(specc.load_spec(preset, [*TINY, *CPU_MATH[preset], f"dtype={dtype}"]))
+    assert _predicted(g, "torch-cpu", dtype) == pytest.approx(_measured(g), rel=0.02), (preset, dtype)
 
 
 def test_torch_kernels_differ_from_torch_cpu_by_the_composite_rms_norm_alone() -> None:

@@ -74,7 +74,7 @@ class OpProfile:
     torch_cpu_extra: int = 0  # … and beyond that on the CPU (Mem.saved_torch_cpu: norms, replicated)
     kv_cache_whole: int = 0  # the part of kv_cache every tp rank holds whole (MLA's latent and rotary key)
     cpu_math: bool = False  # attention torch's CPU SDPA has no fused kernel for (dropout; MLA's v ≠ q/k width)
-    cpu_math_kept: int = 0  # … what its math path keeps there (scores; dropout's mask in the input's dtype)
+    cpu_math_kept: int = 0  # … what its math path keeps there (scores; all in fp32, dropout's mask too)
 
 
 @dataclass(frozen=True, eq=False)
@@ -261,7 +261,9 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
         # torch's CPU SDPA runs these on its math path: no dropout in its fused kernel, nor V of another width
         cpu_math = dropout or (op.kind == "latent_attention" and op.attrs.v_head_dim != op.attrs.head_dim)
         cpu_math = cpu_math and not (op.kind == "attention" and (op.attrs.softcap or op.attrs.sinks))
-        cpu_mask = scores * (elem_bytes - C.MASK_BYTES) if dropout else 0  # the CPU's mask: the input's dtype
+        # there it computes in fp32 whatever the dtype, its dropout mask included
+        mask = scores * C.MASK_BYTES if dropout else 0
+        cpu_kept = (c.mem.saved - mask) * C.STAT_BYTES // elem_bytes + mask * C.STAT_BYTES if cpu_math else 0
         out.append(
             (
                 where[op.name],
@@ -298,7 +300,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     torch_cpu_extra=c.mem.saved_torch_cpu,
                     logits=logits,
                     cpu_math=bool(cpu_math),
-                    cpu_math_kept=c.mem.saved + cpu_mask if cpu_math else 0,
+                    cpu_math_kept=cpu_kept,
                 ),
             )
         )
