@@ -3,8 +3,6 @@ compile, export and tracing all work on them."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from test_torch_cases import model_of, one_thread, tiny  # noqa: F401  (autouse fixture)
@@ -97,11 +95,11 @@ def test_activation_checkpointing_per_block_gives_the_same_gradients() -> None:
 
 def test_fsdp2_fully_shard_per_block_runs_in_a_single_process_group() -> None:
     import torch.distributed as dist
+    from test_parallel_torch import _free_port
     from torch.distributed.fsdp import fully_shard
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29517")
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    # a free port, not a fixed one another run on this machine may hold
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     try:
         model = model_of("gpt2").train()
         ids = torch.randint(0, 64, (2, 6))

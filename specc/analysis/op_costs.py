@@ -50,6 +50,9 @@ class OpCost:
 # Kinds whose ``saved`` is their first input, whole: a later reader of a tensor one already keeps adds nothing.
 # (Not RMSNorm: in half precision specc's composite keeps its own normalised tensor in that place.)
 KEEP_THEIR_INPUT = ("linear", "layernorm")
+# Activations whose backward reads their output: what they keep is the tensor the next op (the down projection)
+# reads, and keeps, as its input.
+KEEP_THEIR_OUTPUT = ("relu", "sigmoid", "tanh")
 
 
 def evaluate(g: LayerGraph, env: dict[str, int], ctx: Ctx, only: set[str] | None = None) -> list[OpCost]:
@@ -61,13 +64,15 @@ def evaluate(g: LayerGraph, env: dict[str, int], ctx: Ctx, only: set[str] | None
         shared = keeps_input and (op.layer, op.inputs[0]) in kept
         if keeps_input:
             kept.add((op.layer, op.inputs[0]))
+        if op.kind == "activation" and op.attrs.fn in KEEP_THEIR_OUTPUT:
+            kept.add((op.layer, op.name))
         if only is not None and op.name not in only:
             continue
         flops, memory = rules_for(op.kind, op.name)
         ins = [dims(g.shape_of(i), env) for i in op.inputs]
         shape = dims(op.shape, env)
         mem = memory(op.attrs, ins, shape, ctx)
-        if shared:  # a tensor several ops read (gate and up, MLA's q_a and kv_a, parallel blocks' norms): once
+        if shared:  # a tensor several ops keep (gate and up, MLA's q_a and kv_a, parallel blocks' norms): once
             mem = replace(mem, saved=0, saved_fused=None)
         out.append(OpCost(op, tuple(flops(op.attrs, ins, shape, ctx)), mem))
     return out
