@@ -75,6 +75,7 @@ class Mem:
     kv_cache: int = 0
     saved_torch: int = 0
     saved_torch_cpu: int = 0
+    saved_cpu_math: int = 0  # an attention core torch's CPU SDPA has no fused kernel for: its math path's, fp32
 
     @property
     def fused(self) -> int:

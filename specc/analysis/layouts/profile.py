@@ -28,7 +28,6 @@ from typing import Any
 from ...ir.graph import LayerGraph, dims
 from ...ir.ops import ATTENTION_KINDS, LatentAttentionAttrs
 from ...spec.schema import DTYPE_BYTES
-from .. import constants as C
 from ..costs import Ctx, numel
 from ..op_costs import decode_ops, evaluate
 from .shard import tp_roles
@@ -73,8 +72,7 @@ class OpProfile:
     torch_extra: int = 0  # kept beyond saved_* by torch's eager ops (Mem.saved_torch; sharded iff ``sharded``)
     torch_cpu_extra: int = 0  # … and beyond that on the CPU (Mem.saved_torch_cpu: norms, replicated)
     kv_cache_whole: int = 0  # the part of kv_cache every tp rank holds whole (MLA's latent and rotary key)
-    cpu_math: bool = False  # attention torch's CPU SDPA has no fused kernel for (dropout; MLA's v ≠ q/k width)
-    cpu_math_kept: int = 0  # … what its math path keeps there (scores; all in fp32, dropout's mask too)
+    cpu_math_kept: int = 0  # a core torch's CPU SDPA has no fused kernel for: its math path's (Mem.saved_cpu_math)
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,9 +150,9 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         sum(c * p.torch_extra for p, c in items if p.attention),
         total("logits"),
         total("kv_cache_whole"),
-        sum(c * (p.cpu_math_kept - p.saved_flash - p.torch_extra) for p, c in items if p.cpu_math),
-        sum(c * (p.cpu_math_kept - p.saved_sharded - p.torch_extra) for p, c in items if p.cpu_math),
-        sum(c * p.op_math for p, c in items if p.cpu_math and p.in_block),
+        sum(c * (p.cpu_math_kept - p.saved_flash - p.torch_extra) for p, c in items if p.cpu_math_kept),
+        sum(c * (p.cpu_math_kept - p.saved_sharded - p.torch_extra) for p, c in items if p.cpu_math_kept),
+        sum(c * p.op_math for p, c in items if p.cpu_math_kept and p.in_block),
     )
 
 
@@ -258,12 +256,6 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
             gemm = (int(op.attrs.in_features), int(op.attrs.out_features))
         op_kept, op_rerun, op_math = _op_policy(op, c, width, ins, elem_bytes, saved_s, mm_count)
         dropout = core and float(op.attrs.dropout or 0) > 0
-        # torch's CPU SDPA runs these on its math path: no dropout in its fused kernel, nor V of another width
-        cpu_math = dropout or (op.kind == "latent_attention" and op.attrs.v_head_dim != op.attrs.head_dim)
-        cpu_math = cpu_math and not (op.kind == "attention" and (op.attrs.softcap or op.attrs.sinks))
-        # there it computes in fp32 whatever the dtype, its dropout mask included
-        mask = scores * C.MASK_BYTES if dropout else 0
-        cpu_kept = (c.mem.saved - mask) * C.STAT_BYTES // elem_bytes + mask * C.STAT_BYTES if cpu_math else 0
         out.append(
             (
                 where[op.name],
@@ -299,8 +291,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     torch_extra=c.mem.saved_torch,
                     torch_cpu_extra=c.mem.saved_torch_cpu,
                     logits=logits,
-                    cpu_math=bool(cpu_math),
-                    cpu_math_kept=cpu_kept,
+                    cpu_math_kept=c.mem.saved_cpu_math,
                 ),
             )
         )

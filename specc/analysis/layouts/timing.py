@@ -94,7 +94,7 @@ def _forward(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float,
 
 def op_time(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float, tp: int, t: Training,
             training: bool) -> OpTime:  # fmt: skip
-    if p.cpu_math and t.kernels == "torch-cpu" and r.attention == "flash":  # no fused CPU kernel for it
+    if p.cpu_math_kept and t.kernels == "torch-cpu" and r.attention == "flash":  # no fused CPU kernel for it
         r = replace(r, attention="math")
     fwd, c, m, mm_s, kernels = _forward(p, r, b, div, wdiv, tokens, tp)
     out = OpTime(forward=fwd, compute=c, memory=m)

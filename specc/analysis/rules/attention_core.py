@@ -113,11 +113,19 @@ def attention_memory(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) ->
         saved=saved,
         saved_fused=saved if capped else (q + k_v) * ctx.bytes + stats,
         saved_torch=rotated,
+        saved_cpu_math=0 if capped or not a.dropout else _cpu_math_kept(q + k_v, scores, a.dropout),
         io=(q + k_v + numel(out)) * ctx.bytes,
         scores=scores * ctx.bytes,
         scores_fused=scores * ctx.bytes if capped else stats + bias,
         kv_cache=2 * b * cached * kv * hd * ctx.bytes,
     )
+
+
+def _cpu_math_kept(tensors: int, scores: int, dropout: float) -> int:
+    """What torch's CPU SDPA keeps on its math path (taken for dropout, which its fused kernel lacks, and for V
+    of another width than Q/K): Q, K, V (and the rest of ``tensors``), the softmax output and dropout's mask and
+    output, every one in fp32 whatever the dtype."""
+    return (tensors + scores + (2 * scores if dropout > 0 else 0)) * C.STAT_BYTES
 
 
 def _explicit_softmax_kept(a: AttentionAttrs, b: int, nq: int, nk: int, elem: int) -> int:
@@ -178,10 +186,12 @@ def latent_attention_memory(a: LatentAttentionAttrs, ins: list[Dims], out: Dims,
     # torch's layer: V views kv_b's [k_nope | v] output, so its k half stays too; q is a new dense [B, H, N, D]
     # tensor, so SDPA's output is one as well, apart from the output projection's [B, N, H·v] copy
     torch_extra = (b * nk * h * a.nope_head_dim + numel(out)) * ctx.bytes
+    unfused_on_cpu = a.dropout > 0 or a.v_head_dim != a.head_dim
     return Mem(
         saved=saved,
         saved_fused=(q + k_v + latent) * ctx.bytes + stats,
         saved_torch=torch_extra,
+        saved_cpu_math=_cpu_math_kept(q + k_v + latent, scores, a.dropout) if unfused_on_cpu else 0,
         io=(q + latent + k_v + numel(out)) * ctx.bytes,
         scores=scores * ctx.bytes,
         scores_fused=stats,
