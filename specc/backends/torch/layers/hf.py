@@ -14,22 +14,25 @@ def from_hf(model: nn.Module, tensors: dict, names: dict, how: dict, tied: dict,
     → (op | (op, *args), *HF names), or a list of such alternatives (the first whose tensors are all present wins);
     HF names may carry a wrapper's prefix (``transformer.``, ``model.``). ``tied``: HF name → the tensor it equals;
     ``skip``: a pattern of HF names that are not weights of this model (buffers, heads it does not have)."""
-    if set(tensors) <= set(keys := list(model.state_dict())):
+    keys = list(model.state_dict())
+    if set(tensors) <= set(keys):
         return tensors
-    named, out, used = {**{k.split(".", 1)[-1]: v for k, v in tensors.items()}, **tensors}, {}, set(tied)
-    for key in keys:  # a name ending in "." renames a module's every parameter (its local name appended)
-        i, local = (re.findall(r"\.(\d+)\.", key) or [""])[0], key.rpartition(".")[2]
-        star = key.replace(f".{i}.", ".*.", 1)
+    bare = {k: k.split(".", 1)[-1] for k in tensors}  # without a wrapper's prefix
+    given = {bare[k]: v for k, v in tensors.items()} | tensors
+    out, used = {}, set(tied)
+    for key in keys:
+        block, local = (re.findall(r"\.(\d+)\.", key) or [""])[0], key.rpartition(".")[2]
+        star = key.replace(f".{block}.", ".*.", 1)
         rules = next((names[k] for k in (key, star, star[: -len(local)]) if k in names), [])
         for op, *sources in [rules] if isinstance(rules, tuple) else rules:
-            sources = [s.replace("*", i) + local * s.endswith(".") for s in sources]
-            if all(s in named for s in sources):
+            sources = [s.replace("*", block) + (local if s.endswith(".") else "") for s in sources]
+            if all(s in given for s in sources):
                 name, *args = (op,) if isinstance(op, str) else op
-                out[key], used = how[name]([named[s] for s in sources], *args), used | set(sources)
+                out[key] = how[name]([given[s] for s in sources], *args)
+                used.update(sources)
                 break
-    bad = [k for k in tensors if not {k, k.split(".", 1)[-1]} & used]
-    bad = [k for k in bad if not (re.search(skip, k) or re.search(skip, k.split(".", 1)[-1]))]
-    bad += [k for k, same in tied.items() if k in named and same in named and not named[k].equal(named[same])]
+    bad = [k for k in tensors if not {k, bare[k]} & used and not (re.search(skip, k) or re.search(skip, bare[k]))]
+    bad += [k for k, same in tied.items() if k in given and same in given and not given[k].equal(given[same])]
     if bad:
         raise ValueError(f"checkpoint tensors without a specc name, or not tied as the model is: {bad[:6]}")
     return out
