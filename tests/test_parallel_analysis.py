@@ -251,3 +251,25 @@ def test_context_parallel_halves_activations_and_rings_kv() -> None:
     kv = 2 * 2 * s * 32 * 128 * 2 * b  # K and V of 2 layers, all tokens, bf16
     assert two.comm_by_group["cp"] == {"all_gather": round(m * kv * 2 / 2), "reduce_scatter": round(m * kv / 2)}
     assert two.comm_by_group["dp"]["all_reduce"] == round(g.num_params() * 2)  # gradients sync over dp × cp = 2
+
+
+def test_attention_dropout_acts_in_training_only() -> None:
+    """An inference step runs no dropout (its dropout ops launch nothing): on torch's CPU kernels it is priced
+    on the fused kernel with or without the spec's attention dropout, where a training step with dropout takes
+    the math path (the flash kernel has none). MLA with V of another width than Q/K has no fused CPU kernel in
+    inference either."""
+
+    def step(training: bool, *sets: str) -> float:
+        g = _graph("gpt2", "blocks=2", *sets)
+        t = Training(kernels="torch-cpu", micro_batch=1, global_batch=1)
+        cost = analyze_layout(g, Layout(), training=t, is_training=training, seq=1024, device="h100")
+        assert cost.step_time is not None
+        return cost.step_time
+
+    assert step(False, "dropout=0.1") == step(False)
+    assert step(True, "dropout=0.1") > step(True) * 1.01
+    narrow_v = "attention.latent={kv_rank: 32, q_rank: 48, rope_head_dim: 8, nope_head_dim: 16, v_head_dim: 8}"
+    for sets, unfused in (([], False), (["dropout=0.1"], False), ([narrow_v, *MLA_DENSE], True)):
+        g = _graph("deepseek-v3" if unfused else "gpt2", "blocks=2", *sets)
+        core = next(p for _, p in profile(g, 256, None, "fp32", training=False).ops if p.attention)
+        assert core.cpu_math_inference is unfused

@@ -30,6 +30,7 @@ from ...ir.ops import ATTENTION_KINDS, LatentAttentionAttrs
 from ...spec.schema import DTYPE_BYTES
 from ..costs import Ctx, numel
 from ..op_costs import decode_ops, evaluate
+from ..rules.attention_core import cpu_sdpa_unfused
 from .shard import tp_roles
 from .stages import anchors, block_count, stage_of
 
@@ -73,6 +74,8 @@ class OpProfile:
     torch_cpu_extra: int = 0  # … and beyond that on the CPU (Mem.saved_torch_cpu: norms, replicated)
     kv_cache_whole: int = 0  # the part of kv_cache every tp rank holds whole (MLA's latent and rotary key)
     cpu_math_kept: int = 0  # a core torch's CPU SDPA has no fused kernel for: its math path's (Mem.saved_cpu_math)
+    cpu_math_inference: bool = False  # … and none without dropout either (cpu_sdpa_unfused at inference)
+    dropout: bool = False  # a dropout op: in inference the identity, which launches no kernel
 
 
 @dataclass(frozen=True, eq=False)
@@ -292,6 +295,8 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     torch_cpu_extra=c.mem.saved_torch_cpu,
                     logits=logits,
                     cpu_math_kept=c.mem.saved_cpu_math,
+                    cpu_math_inference=core and cpu_sdpa_unfused(op.attrs, training=False),
+                    dropout=op.kind == "dropout",
                 ),
             )
         )

@@ -72,18 +72,21 @@ def _gemm_dim(p: OpProfile, tokens: float, tp: int) -> float:
     return float(min(k, n, tokens)) if k and n else 0.0
 
 
-def _forward(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float, tp: int) -> tuple[float, ...]:
+def _forward(
+    p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float, tp: int, training: bool
+) -> tuple[float, ...]:
     """(seconds, compute, memory, matmul seconds, kernels) of one forward of the op on one device (``r``: the
-    op's rates, its attention implementation included)."""
+    op's rates, its attention implementation included); dropout runs in training only."""
     mm = p.matmul * b / div
     traffic = p.io * b / div + p.weights_read * r.weight_bytes / wdiv
-    kernels = 1.0
+    kernels = 0.0 if p.dropout and not training else 1.0
     if p.attention and r.attention == "flash" and p.matmul_causal < p.matmul and p.keys:
         mm = (p.matmul_causal + p.matmul * min(1.0, FLASH_TILE / 2 / p.keys)) * b / div
     elif p.attention and r.attention == "math":
-        passes = MATH_SCORE_PASSES + (MATH_DROPOUT_PASSES if p.attn_dropout else 0.0)
+        dropout = p.attn_dropout and training
+        passes = MATH_SCORE_PASSES + (MATH_DROPOUT_PASSES if dropout else 0.0)
         traffic += p.scores * b / div * r.weight_bytes * passes
-        kernels = 4.0 + p.attn_dropout
+        kernels = 4.0 + dropout
     other = p.other * b / div
     dim = _gemm_dim(p, tokens, tp)
     eff = r.eff.for_flash() if p.attention and r.attention == "flash" else r.eff
@@ -94,9 +97,10 @@ def _forward(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float,
 
 def op_time(p: OpProfile, r: Rates, b: int, div: int, wdiv: int, tokens: float, tp: int, t: Training,
             training: bool) -> OpTime:  # fmt: skip
-    if p.cpu_math_kept and t.kernels == "torch-cpu" and r.attention == "flash":  # no fused CPU kernel for it
+    unfused = p.cpu_math_kept if training else p.cpu_math_inference  # no fused CPU kernel for it
+    if unfused and t.kernels == "torch-cpu" and r.attention == "flash":
         r = replace(r, attention="math")
-    fwd, c, m, mm_s, kernels = _forward(p, r, b, div, wdiv, tokens, tp)
+    fwd, c, m, mm_s, kernels = _forward(p, r, b, div, wdiv, tokens, tp, training)
     out = OpTime(forward=fwd, compute=c, memory=m)
     if not training:
         return out

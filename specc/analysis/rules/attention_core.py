@@ -113,12 +113,21 @@ def attention_memory(a: AttentionAttrs, ins: list[Dims], out: Dims, ctx: Ctx) ->
         saved=saved,
         saved_fused=saved if capped else (q + k_v) * ctx.bytes + stats,
         saved_torch=rotated,
-        saved_cpu_math=0 if capped or not a.dropout else _cpu_math_kept(q + k_v, scores, a.dropout),
+        saved_cpu_math=_cpu_math_kept(q + k_v, scores, a.dropout) if cpu_sdpa_unfused(a, training=True) else 0,
         io=(q + k_v + numel(out)) * ctx.bytes,
         scores=scores * ctx.bytes,
         scores_fused=scores * ctx.bytes if capped else stats + bias,
         kv_cache=2 * b * cached * kv * hd * ctx.bytes,
     )
+
+
+def cpu_sdpa_unfused(a: AttentionAttrs | LatentAttentionAttrs, training: bool) -> bool:
+    """Whether torch's CPU SDPA runs this core on its math path although a fused kernel is asked for: its flash
+    kernel has no dropout (active in training only) and no V of another width than Q/K. Soft-capped scores and
+    sinks never reach SDPA (an explicit softmax on every device)."""
+    if isinstance(a, AttentionAttrs) and (a.softcap or a.sinks):
+        return False
+    return (training and a.dropout > 0) or (isinstance(a, LatentAttentionAttrs) and a.v_head_dim != a.head_dim)
 
 
 def _cpu_math_kept(tensors: int, scores: int, dropout: float) -> int:
@@ -186,12 +195,11 @@ def latent_attention_memory(a: LatentAttentionAttrs, ins: list[Dims], out: Dims,
     # torch's layer: V views kv_b's [k_nope | v] output, so its k half stays too; q is a new dense [B, H, N, D]
     # tensor, so SDPA's output is one as well, apart from the output projection's [B, N, H·v] copy
     torch_extra = (b * nk * h * a.nope_head_dim + numel(out)) * ctx.bytes
-    unfused_on_cpu = a.dropout > 0 or a.v_head_dim != a.head_dim
     return Mem(
         saved=saved,
         saved_fused=(q + k_v + latent) * ctx.bytes + stats,
         saved_torch=torch_extra,
-        saved_cpu_math=_cpu_math_kept(q + k_v + latent, scores, a.dropout) if unfused_on_cpu else 0,
+        saved_cpu_math=_cpu_math_kept(q + k_v + latent, scores, a.dropout) if cpu_sdpa_unfused(a, training=True) else 0,
         io=(q + latent + k_v + numel(out)) * ctx.bytes,
         scores=scores * ctx.bytes,
         scores_fused=stats,
