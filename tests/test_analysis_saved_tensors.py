@@ -1,11 +1,10 @@
 """The analyzer's activations for a training step as specc's torch layers run it on the CPU (``kernels``
 ``torch-cpu``) against the bytes autograd really saves (``saved_tensors_hooks``, each storage once, as
 ``train --parallel ... --report`` measures them): within 2% for Llama-style models (RMSNorm, SwiGLU, GQA,
-RoPE), QK-norm (Qwen3), the (1 + w) norm (Gemma), a top-2 MoE (Mixtral), latent attention (DeepSeek), soft-capped
-scores (Gemma 2), attention sinks with clamped SwiGLU experts (GPT-OSS), parallel blocks (Pythia), chunked
-attention (Llama 4), a local-window encoder (ModernBERT), encoder-decoders (T5, Flan-T5, the 2017 Transformer)
-and GPT-2, in fp32 and bf16. One process,
-tiny models: seconds."""
+RoPE), QK-norm (Qwen3), the (1 + w) norm (Gemma), ALiBi (BLOOM), a top-2 MoE (Mixtral), latent attention
+(DeepSeek), soft-capped scores (Gemma 2), attention sinks with clamped SwiGLU experts (GPT-OSS), parallel blocks
+(Pythia), chunked attention (Llama 4), a local-window encoder (ModernBERT), encoder-decoders (T5, Flan-T5, the
+2017 Transformer) and GPT-2, in fp32 and bf16. One process, tiny models: seconds."""
 
 from __future__ import annotations
 
@@ -31,6 +30,7 @@ CASES = {
     "flan-t5-xl": ["attention.head_dim=16", "position.buckets=8", "position.max_distance=6"],
     "transformer-base": [],
     "pythia-1.4b": [],  # parallel attention and MLP: two norms read one residual stream, kept once
+    "bloom-176b": [],  # ALiBi: one [1, H, N, N] bias per call, in the compute dtype, shared by the layers
     "modernbert-base": ["layer_kinds.local.attention.window=16", "layer_pattern=[global, local]"],  # encoder
     # chunked attention, NoPE layers, shared + routed experts
     "llama4-scout": ["attention.kv_heads=2", "mlp.experts=4", "layer_kinds.rope.attention.chunk=16",
@@ -79,7 +79,7 @@ def test_torch_cpu_activations_are_what_autograd_saves(preset: str, dtype: str) 
     assert _predicted(g, "torch-cpu", dtype) == pytest.approx(measured, rel=0.02), (preset, dtype)
     # fused kernels keep less than torch's eager ops (rotary copies, gated MLPs, composite norms): the setting is
     # what closes the gap; LayerNorm + GELU/ReLU models without rotary keep about the same either way
-    if preset not in ("gpt2", "transformer-base"):
+    if preset not in ("gpt2", "transformer-base", "bloom-176b"):
         assert _predicted(g, "fused", dtype) < 0.85 * measured, (preset, dtype)
 
 

@@ -77,7 +77,8 @@ def activations_per_microbatch(
     if cpu and t.recompute == "none":  # cores without a fused CPU kernel keep what their math path keeps
         sharded += st.cpu_math_flash if attention == "flash" else st.cpu_math_math
     gathered = _div(st.logits * b, cp) - _div(st.logits * b, tp * cp) if not t.loss_parallel else 0
-    return _div(sharded * b, tp * cp) + _div(replicated * b, rep_div) + gathered
+    shared = _div(st.shared_bias, tp * cp) if t.kernels != "fused" and t.recompute == "none" else 0  # not × b
+    return _div(sharded * b, tp * cp) + _div(replicated * b, rep_div) + gathered + shared
 
 
 def recompute_transient(prof: GraphProfile, stage: int, lay: Layout, t: Training, attention: str = "math") -> int:

@@ -76,6 +76,7 @@ class OpProfile:
     cpu_math_kept: int = 0  # a core torch's CPU SDPA has no fused kernel for: its math path's (Mem.saved_cpu_math)
     cpu_math_inference: bool = False  # … and none without dropout either (cpu_sdpa_unfused at inference)
     dropout: bool = False  # a dropout op: in inference the identity, which launches no kernel
+    shared_bias: int = 0  # ALiBi: torch's layers build one [1, H, N, N] bias per call, shared by every layer
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,6 +117,7 @@ class Stage:
     cpu_math_flash: int = 0
     cpu_math_math: int = 0
     cpu_math_op: int = 0
+    shared_bias: int = 0  # kernels torch / torch-cpu: ALiBi's one bias per call (the largest; split by tp)
 
 
 def _stage(ops: Counter[OpProfile], key: int) -> Stage:
@@ -156,6 +158,7 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         sum(c * (p.cpu_math_kept - p.saved_flash - p.torch_extra) for p, c in items if p.cpu_math_kept),
         sum(c * (p.cpu_math_kept - p.saved_sharded - p.torch_extra) for p, c in items if p.cpu_math_kept),
         sum(c * p.op_math for p, c in items if p.cpu_math_kept and p.in_block),
+        max((p.shared_bias for p, _ in items), default=0),
     )
 
 
@@ -297,6 +300,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     cpu_math_kept=c.mem.saved_cpu_math,
                     cpu_math_inference=core and cpu_sdpa_unfused(op.attrs, training=False),
                     dropout=op.kind == "dropout",
+                    shared_bias=_shared_bias(op, ins, elem_bytes) if core else 0,
                 ),
             )
         )
@@ -329,6 +333,15 @@ def _op_policy(
     if op.kind == "moe":
         return moe_saved // 2, 0.5, 0
     return 0, 1.0, 0
+
+
+def _shared_bias(op: Any, ins: list[Any], elem_bytes: int) -> int:
+    """The [1, H, N_q, N_k] additive bias specc's torch layers build once per call for ALiBi self-attention (in
+    the compute dtype) and SDPA keeps for its backward: one tensor however many layers and rows read it."""
+    a = op.attrs
+    if op.kind != "attention" or a.cross or a.alibi_max_bias is None:
+        return 0
+    return int(a.heads) * ins[0][1] * ins[0][1] * elem_bytes
 
 
 def _kv_width(a: Any) -> int:

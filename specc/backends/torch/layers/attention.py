@@ -29,9 +29,9 @@ class AttentionCore(nn.Module):
         self.scale, self.dropout = scale or 1.0 / head_dim**0.5, dropout
 
     def mask_for(
-        self, n_q: int, n_k: int, pad: Tensor | None, state: State | None, device: torch.device
+        self, n_q: int, n_k: int, pad: Tensor | None, state: State | None, queries: Tensor
     ) -> tuple[Tensor | None, bool]:
-        """(boolean mask [B | 1, 1, N_q, N_k] or None, is_causal), built once per call."""
+        """(boolean mask [B | 1, 1, N_q, N_k] or None, is_causal) on the queries' device, built once per call."""
         mask = "none" if self.mask == "padding" else self.mask
         if pad is None and (mask == "none" or (mask == "causal" and n_q == 1)):
             return None, False  # one new token after the cache sees every key
@@ -40,6 +40,7 @@ class AttentionCore(nn.Module):
         key = ("mask", mask, self.window, self.prefix, self.chunk, pad is None)
         if state is not None and key in state.memo:
             return state.memo[key]
+        device = queries.device
         q, k = torch.arange(n_k - n_q, n_k, device=device)[:, None], torch.arange(n_k, device=device)  # after cache
         if mask in ("prefix", "chunked") and state is not None and state.positions_from is not None and pad is not None:
             # each row's own positions: its prefix (its chunks, as HF counts them) start at its first real token
@@ -108,7 +109,7 @@ class SelfAttention(AttentionCore):
             q, k = self.rope(q, k, state)
         if state is not None and state.cache is not None:
             k, v = state.cache.update(self, k, v)
-        m, causal = self.mask_for(n, k.shape[2], attention_mask, state, q.device)
+        m, causal = self.mask_for(n, k.shape[2], attention_mask, state, q)
         return self.attend(q, k, v, m, causal)
 
 
@@ -193,11 +194,13 @@ class AlibiAttention(WindowedAttention):
         self.head_start = 0  # the first of this module's heads (tensor parallelism: its rank's)
 
     def mask_for(
-        self, n_q: int, n_k: int, pad: Tensor | None, state: State | None, device: torch.device
+        self, n_q: int, n_k: int, pad: Tensor | None, state: State | None, queries: Tensor
     ) -> tuple[Tensor | None, bool]:
-        """(additive bias [B | 1, H, N_q, N_k], False), built once per call."""
+        """(additive bias [B | 1, H, N_q, N_k] in the queries' dtype, False), built once per call: one tensor the
+        layers share (and autograd keeps once)."""
         key = (
             "alibi",
+            queries.dtype,
             self.head_start,
             self.heads,
             self.max_bias,
@@ -211,8 +214,8 @@ class AlibiAttention(WindowedAttention):
         )
         if state is not None and key in state.memo:
             return state.memo[key]
-        allowed, causal = super().mask_for(n_q, n_k, pad, state, device)
-        device = pad.device if pad is not None else device
+        allowed, causal = super().mask_for(n_q, n_k, pad, state, queries)
+        device = pad.device if pad is not None else queries.device
         offset = state.offset if state is not None else 0
         q, k = torch.arange(offset, offset + n_q, device=device)[:, None], torch.arange(n_k, device=device)
         if causal:
@@ -229,13 +232,11 @@ class AlibiAttention(WindowedAttention):
             bias = bias * self.scale
         if allowed is not None:
             bias = bias.masked_fill(~allowed, float("-inf"))  # [B | 1, H, N_q, N_k]
-        out: tuple[Tensor | None, bool] = (bias if bias.dim() == 4 else bias[None], False)
+        bias = (bias if bias.dim() == 4 else bias[None]).to(queries.dtype)  # computed in fp32
+        out: tuple[Tensor | None, bool] = (bias, False)
         if state is not None:
             state.memo[key] = out
         return out
-
-    def product(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
-        return super().product(q, k, v, None if mask is None else mask.to(q.dtype), causal, p)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, alibi_max_bias={self.max_bias}{', scaled=True' if self.scaled else ''}"
@@ -262,7 +263,7 @@ class CrossAttention(AttentionCore):
         b, n, _ = q.shape
         q = q.view(b, n, self.heads, self.head_dim).transpose(1, 2)
         k, v = kv.view(b, kv.shape[1], 2 * self.kv_heads, self.head_dim).transpose(1, 2).chunk(2, 1)
-        return self.attend(q, k, v, self.mask_for(n, k.shape[2], attention_mask, None, q.device)[0], False)
+        return self.attend(q, k, v, self.mask_for(n, k.shape[2], attention_mask, None, q)[0], False)
 
 
 class LatentAttention(AttentionCore):
@@ -301,7 +302,7 @@ class LatentAttention(AttentionCore):
         if state is not None and state.cache is not None:
             c, k_rot = state.cache.update(self, c, k_rot)
         t = c.shape[2]
-        m, causal = self.mask_for(n, t, attention_mask, state, q.device)
+        m, causal = self.mask_for(n, t, attention_mask, state, q)
         if decoding:  # weight-absorbed: attend over the cached latent itself, never re-expanding it
             return self.absorbed(q_pass, q_rot, c, k_rot, m, causal)
         kv = self.kv_b(c).view(b, t, self.heads, self.nope + self.v_dim).transpose(1, 2)  # (B, H, T, nope + v)

@@ -62,7 +62,7 @@ class BiasedAttention(WindowedAttention):
         q, k, v = qkv.view(b, n, -1, self.head_dim).transpose(1, 2).split([self.heads, self.kv_heads, self.kv_heads], 1)
         if state is not None and state.cache is not None:
             k, v = state.cache.update(self, k, v)
-        allowed, causal = self.mask_for(n, k.shape[2], attention_mask, state, q.device)
+        allowed, causal = self.mask_for(n, k.shape[2], attention_mask, state, q)
         if causal:
             allowed = torch.ones(n, k.shape[2], dtype=torch.bool, device=q.device).tril()
         bias = bias.to(q.dtype)
