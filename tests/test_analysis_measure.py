@@ -1,10 +1,11 @@
 """``specc profile-device`` measures this CPU; the profile predicts a `specc train` step of a small character LM
 (tests/train_step_probe.py, one fresh process for every recompute policy): peak tensor memory within 10% for
 each policy (and for ``op`` again with bias-free QKV and MLP linears, whose aten.mm calls torchtitan's policy
-counts and saves every other one of), and step time within 25% when the machine ran the steps as it ran the
-profile (a 1024³ GEMM timed right after the steps within 15% of the profile's peak, its fastest GEMM: on a
-shared host other jobs slow one and not the other, by up to 35% here; the time check is then skipped, and says
-so)."""
+counts and saves every other one of), and step time within 25% at the host's speed of the moment: a 1024³
+GEMM timed right before and right after the steps, against the rate the profile predicts for it, scales the
+profile's rates (on a shared host other jobs slow a profile and the steps unequally, by up to 40% here). The time
+check is skipped, and says so, where the two GEMMs differ by more than 15% (the load changed during the steps)
+or the host ran more than 35% off its profile."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ import os
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import specc
-from specc.analysis.devices import load_device
+from specc.analysis.devices import Device, load_device
 from specc.analysis.layouts import Layout, Training
 from specc.analysis.layouts.run import analyze_layout
 
@@ -40,7 +42,7 @@ def _measure(tmp: pytest.TempPathFactory, policies: tuple[str, ...], sets: list[
     text = tmp.mktemp("text") / "text.txt"
     text.write_text("".join(random.choice(chars) for _ in range(100_000)))
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    args = [sys.executable, str(PROBE), str(text), ",".join(policies), "1", str(BATCH), str(WINDOW), "3", *sets]
+    args = [sys.executable, str(PROBE), str(text), ",".join(policies), "1", str(BATCH), str(WINDOW), "5", *sets]
     done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -84,13 +86,25 @@ def _check(profile: Path, measured: dict, recompute: str, sets: list[str]) -> No
     got = measured[recompute]
     g = specc.lower(specc.load_spec("gpt2", [*sets, f"vocab_size={int(got['vocab'])}"]))
     t = Training(recompute=recompute, micro_batch=BATCH, global_batch=BATCH)
-    c = analyze_layout(g, Layout(), training=t, is_training=True, device=load_device(str(profile)),
-                       interconnect="nvlink", seq=WINDOW, dtype="fp32")  # fmt: skip
-    m = c.memory
+    dev = load_device(str(profile))
+
+    def cost(device: Device) -> object:
+        return analyze_layout(g, Layout(), training=t, is_training=True, device=device, interconnect="nvlink",
+                              seq=WINDOW, dtype="fp32")  # fmt: skip
+
+    m = cost(dev).memory
     tensors = m["total"] - m["runtime_context"] - m["allocator_reserve"] - m["comm_buffers"]
     assert tensors == pytest.approx(got["peak_bytes"], rel=0.10), (recompute, tensors, got)
-    dev = load_device(str(profile))
-    drift = measured["gemm_1024_flops"] / dev.peak_flops["fp32"] - 1  # the profile's peak: its fastest GEMM
-    if abs(drift) > 0.15:
-        pytest.skip(f"memory checked; time not: the host's load changed between profile and steps (GEMM {drift:+.0%})")
-    assert c.step_time == pytest.approx(got["step_s"], rel=0.25), (recompute, c.step_time, got)
+    # the host's speed while the steps ran: a 1024³ GEMM right before and right after them, against the rate the
+    # profile predicts for it (not its peak, its fastest shape: ~8% apart on an AVX2 EPYC)
+    before, after = measured["gemm_1024_flops_before"], measured["gemm_1024_flops"]
+    if abs(change := after / before - 1) > 0.15:
+        pytest.skip(f"memory checked; time not: the host's load changed during the steps (GEMM {change:+.0%})")
+    speed = (before * after) ** 0.5 / dev.efficiency.matmul_rate(dev.peak_flops["fp32"], 2 * 1024**3, 1024)
+    if abs(speed - 1) > 0.35:
+        pytest.skip(f"memory checked; time not: the host ran {speed - 1:+.0%} off its profile's speed")
+    # a shared host's load (CPU steal) slows every kind of work alike: the profile at the speed of the moment
+    now = replace(dev, peak_flops={k: v * speed for k, v in dev.peak_flops.items()},
+                  vector_flops=dev.vector_flops * speed, bandwidth=dev.bandwidth * speed)  # fmt: skip
+    step = cost(now).step_time
+    assert step == pytest.approx(got["step_s"], rel=0.25), (recompute, step, got, f"host speed {speed:.2f}")

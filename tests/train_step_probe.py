@@ -103,6 +103,17 @@ def unwrap(model: torch.nn.Module) -> None:
         m.__dict__.pop("forward", None)  # back to the class's forward
 
 
+def gemm_1024_flops() -> float:
+    """The machine as the steps find it: a 1024³ GEMM's rate (median of 7), to hold against the profile's."""
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    times = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - t0)
+    return 2 * 1024**3 / sorted(times)[3]
+
+
 def main() -> None:
     text, policies, threads, batch, window, steps = sys.argv[1:7]
     sets = sys.argv[7:]
@@ -110,7 +121,7 @@ def main() -> None:
     cfg = TrainConfig(task="lm", steps=10**6, batch=int(batch), max_len=int(window), text=text, warmup=1)
     run = setup(load_spec("gpt2", sets), cfg, torch.device("cpu"))
     train_step(run)  # warm-up: Adam states, gradients
-    out = {}
+    out: dict = {"gemm_1024_flops_before": gemm_1024_flops()}
     for recompute in policies.split(","):
         unwrap(run.model)
         for block in run.model.blocks:
@@ -131,13 +142,7 @@ def main() -> None:
             train_step(run)
             times.append(time.perf_counter() - t0)
         out[recompute] = {"step_s": sorted(times)[len(times) // 2], "peak_bytes": peak, "vocab": len(run.vocab)}
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    gemm = []
-    for _ in range(7):  # the machine as the steps found it: a 1024³ GEMM's rate, to hold against the profile's
-        t0 = time.perf_counter()
-        torch.mm(a, b)
-        gemm.append(time.perf_counter() - t0)
-    out["gemm_1024_flops"] = 2 * 1024**3 / sorted(gemm)[3]
+    out["gemm_1024_flops"] = gemm_1024_flops()  # before and after: a load that changed meanwhile shows
     print(json.dumps(out))
 
 
