@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import operator
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 from itertools import pairwise
 from typing import Any
@@ -48,15 +48,22 @@ def specialise(source: str, facts: Facts, keep: set[str] = frozenset()) -> str: 
     """``source`` with the branches ``facts`` decide cut and what that leaves unused removed; ``keep``: names
     that stay even when nothing in ``source`` uses them (the API: ``build``, ``generate``)."""
     facts = normalise(facts)
-    lines = source.split("\n")
-    out, done = [], 0
-    for stmt in ast.parse(source).body:  # folding needs no other definition: one at a time, small and fast
-        first, last = first_line(stmt), stmt.end_lineno  # type: ignore[attr-defined]
-        out += [*lines[done : first - 1], fixpoint("\n".join(lines[first - 1 : last]), lambda s: _Folder(s, facts))]
-        done = last
-    source = "\n".join([*out, *lines[done:]])
-    pruned = fixpoint(source, lambda s: _Pruner(s, keep))
-    return pruned if pruned == source else specialise(pruned, facts, keep)  # a default read in: fold again
+    folded: dict[str, str] = {}  # a definition's text → it folded (the facts are the same each round)
+    while True:
+        lines = source.split("\n")
+        out, done = [], 0
+        for stmt in ast.parse(source).body:  # folding needs no other definition: one at a time, small and fast
+            first, last = first_line(stmt), stmt.end_lineno  # type: ignore[attr-defined]
+            text = "\n".join(lines[first - 1 : last])
+            if text not in folded:
+                folded[text] = fixpoint(text, lambda s: _Folder(s, facts))
+            out += [*lines[done : first - 1], folded[text]]
+            done = last
+        source = "\n".join([*out, *lines[done:]])
+        pruned = fixpoint(source, lambda s: _Pruner(s, keep))
+        if pruned == source:
+            return pruned
+        source = pruned  # a default read in: fold again
 
 
 def fixpoint(source: str, editor: Any) -> str:
@@ -77,9 +84,25 @@ class SourceText:
         self.lines = source.split("\n")
         self.tree = ast.parse(source)
         self.parents: dict[ast.AST, ast.AST] = {}
-        for node in ast.walk(self.tree):
-            for child in ast.iter_child_nodes(node):
+        self._children: dict[ast.AST, list[ast.AST]] = {}
+        self._walks: dict[ast.AST, list[ast.AST]] = {}
+        for node in self.walk(self.tree):
+            for child in self._children[node]:
                 self.parents[child] = node
+
+    def walk(self, node: ast.AST) -> list[ast.AST]:
+        """``ast.walk(node)`` (breadth first, the same order), listed once per parse: an edit makes new source,
+        never a changed tree, and the editors read the same subtrees many times per round."""
+        nodes = self._walks.get(node)
+        if nodes is None:
+            nodes, todo = [], deque([node])
+            while todo:
+                nodes.append(n := todo.popleft())
+                if n not in self._children:
+                    self._children[n] = list(ast.iter_child_nodes(n))
+                todo.extend(self._children[n])
+            self._walks[node] = nodes
+        return nodes
 
     def segment(self, node: ast.AST) -> str:
         return ast.get_source_segment(self.source, node) or ast.unparse(node)
@@ -219,7 +242,7 @@ class _Folder(SourceText):
     def _locals(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, list[Any]]:
         """Names bound once in ``fn`` (a plain assignment, not a parameter) whose value the facts decide."""
         stores: dict[str, list[ast.AST]] = {}
-        for node in ast.walk(fn):
+        for node in self.walk(fn):
             if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
                 stores.setdefault(node.id, []).append(self.parents.get(node))  # type: ignore[arg-type]
         params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
@@ -376,9 +399,13 @@ class _Pruner(SourceText):
     def __init__(self, source: str, keep: set[str]):
         super().__init__(source)
         self.keep = keep
-        self._uncalled: set[str] | None = None  # names read other than as a callee (_referenced)
+        self._by_name: dict[str, bool] = {}  # class → named other than as a base (_shadowed)
+        self._uncalled: set[str] | None = None
+        self._classes_of: dict[
+            ast.AST, str | None
+        ] = {}  # node → the class it is inside (_class_of)  # names read other than as a callee (_referenced)
         self.loaded: set[str] = set()  # attributes read anywhere, by name or by getattr / hasattr
-        for node in ast.walk(self.tree):
+        for node in self.walk(self.tree):
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
                 self.loaded.add(node.attr)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _BY_NAME:
@@ -391,7 +418,7 @@ class _Pruner(SourceText):
         """An attribute set once in the whole source, ``self.x = <literal>``, and never elsewhere (nor by name,
         nor by nn.Module): its first read becomes the literal (folding then cuts what it decides)."""
         stores: dict[str, list[tuple[ast.Attribute, ast.expr | None]]] = {}
-        for node in ast.walk(self.tree):
+        for node in self.walk(self.tree):
             targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
             for t in targets if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) else []:
                 pairs = _pairs(t, getattr(node, "value", None), isinstance(node, ast.AugAssign))
@@ -400,21 +427,21 @@ class _Pruner(SourceText):
                         stores.setdefault(target.attr, []).append((target, value))
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Del):
                 stores.setdefault(node.attr, []).append((node, None))
-        named = {n.value for n in ast.walk(self.tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-        for cls in (n for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)):  # class attributes, methods
+        named = {n.value for n in self.walk(self.tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        for cls in (n for n in self.walk(self.tree) if isinstance(n, ast.ClassDef)):  # class attributes, methods
             named |= {t.id for s in cls.body for t in _targets(s)} | {f.name for f in cls.body if hasattr(f, "name")}
         for attr, [(target, value)] in ((a, v) for a, v in stores.items() if len(v) == 1):
             literal = isinstance(value, ast.Constant) and isinstance(value.value, _LITERALS)
             if not literal or attr in named or hasattr(_MODULE, attr) or ast.unparse(target.value) != "self":
                 continue
-            reads = [n for n in ast.walk(self.tree) if isinstance(n, ast.Attribute) and n.attr == attr]
+            reads = [n for n in self.walk(self.tree) if isinstance(n, ast.Attribute) and n.attr == attr]
             reads = [n for n in reads if isinstance(n.ctx, ast.Load) and ast.unparse(n.value) == "self"]
             if reads:
                 return self.replace(reads[0], repr(value.value))  # type: ignore[union-attr]
         return None
 
     def _toplevel(self) -> str | None:
-        reads = [Counter(_reads(stmt)) for stmt in self.tree.body]  # names and strings each statement reads
+        reads = [Counter(_reads(self.walk(stmt))) for stmt in self.tree.body]  # names and strings each reads
         total = sum(reads, Counter())
         for stmt, inside in zip(self.tree.body, reads, strict=True):
             names = _defined(stmt)
@@ -447,7 +474,7 @@ class _Pruner(SourceText):
                 ):
                     return self._drop(stmt, cls.body)
             for fn in (s for s in cls.body if isinstance(s, ast.FunctionDef)):
-                for stmt in ast.walk(fn):
+                for stmt in self.walk(fn):
                     if isinstance(stmt, ast.Assign):
                         out = self._assign(stmt, self._siblings(stmt) or [], self._unread_attribute)
                         if out is not None:
@@ -464,12 +491,16 @@ class _Pruner(SourceText):
         if not isinstance(target, ast.Name) or not plain or cls.name in self.keep:
             return False
         subs = [c for c in self.tree.body if isinstance(c, ast.ClassDef) and cls.name in map(ast.unparse, c.bases)]
-        by_name = any(  # Model(...) or Model.META; Model.tie_weights is a method
-            isinstance(n, ast.Name) and n.id == cls.name and not any(n in c.bases for c in subs)
-            for n in ast.walk(self.tree)
-            if not isinstance(p := self.parents.get(n), ast.arg)  # an annotation constructs nothing
-            and not (isinstance(p, ast.Attribute) and p.attr not in _class_attrs(cls))
-        )
+        if cls.name not in self._by_name:  # Model(...) or Model.META; Model.tie_weights is a method
+            attrs, bases = _class_attrs(cls), [b for c in subs for b in c.bases]
+            self._by_name[cls.name] = any(
+                not any(n is b for b in bases)
+                and not isinstance(p := self.parents.get(n), ast.arg)  # an annotation constructs nothing
+                and not (isinstance(p, ast.Attribute) and p.attr not in attrs)
+                for n in self.walk(self.tree)
+                if isinstance(n, ast.Name) and n.id == cls.name
+            )
+        by_name = self._by_name[cls.name]
         read_here = target.id in {n.id for s in cls.body if not isinstance(s, ast.FunctionDef) for n in _loads(s)}
         sets = [target.id in {t.id for s in c.body for t in _targets(s)} for c in subs]
         return bool(subs) and all(sets) and not by_name and not read_here
@@ -537,9 +568,12 @@ class _Pruner(SourceText):
         return self.replace_lines(first_line(stmt), stmt.end_lineno, new)  # type: ignore[arg-type]
 
     def _functions(self) -> str | None:
-        calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
+        calls = [n for n in self.walk(self.tree) if isinstance(n, ast.Call)]
+        by_callee: dict[str | None, list[ast.Call]] = {}  # another function than __init__ is reached by its name
+        for c in calls:
+            by_callee.setdefault(_callee(c), []).append(c)
         bases: dict[str, set[str]] = {}  # class → the names that construct it (itself and its subclasses)
-        classes = [n for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)]
+        classes = [n for n in self.walk(self.tree) if isinstance(n, ast.ClassDef)]
         for c in classes:
             bases[c.name] = {c.name}
         for _ in classes:  # transitive
@@ -548,13 +582,14 @@ class _Pruner(SourceText):
                     name = b.id if isinstance(b, ast.Name) else None
                     if name in bases:
                         bases[name] |= bases[c.name]
-        for fn in (n for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef)):
+        for fn in (n for n in self.walk(self.tree) if isinstance(n, ast.FunctionDef)):
             out = self._dead_locals(fn)
             if out is None and (fn.name == "__init__" or not hasattr(nn.Module, fn.name)):
                 owner = self.parents.get(fn)
                 names = bases.get(owner.name, set()) if isinstance(owner, ast.ClassDef) else set()
                 mine = owner.name if isinstance(owner, ast.ClassDef) else None
-                reaching = [c for c in calls if _may_call(c, fn, names, mine, self._class_of(c))]
+                candidates = calls if fn.name == "__init__" else by_callee.get(fn.name, [])
+                reaching = [c for c in candidates if _may_call(c, fn, names, mine, self._class_of(c))]
                 out = self._unused_params(fn, reaching)
                 if out is None and fn.name not in self.keep and not self._referenced(fn, names):
                     out = self._default_read(fn, reaching)
@@ -563,27 +598,29 @@ class _Pruner(SourceText):
         return None
 
     def _class_of(self, node: ast.AST) -> str | None:
-        while node in self.parents:
-            node = self.parents[node]
-            if isinstance(node, ast.ClassDef):
-                return node.name
-        return None
+        if node not in self._classes_of:
+            parent = self.parents.get(node)
+            named = (
+                None if parent is None else parent.name if isinstance(parent, ast.ClassDef) else self._class_of(parent)
+            )
+            self._classes_of[node] = named
+        return self._classes_of[node]
 
     def _dead_locals(self, fn: ast.FunctionDef) -> str | None:
         """``name = <literal>`` whose name nothing in ``fn`` reads (left behind by folding); ``name = e`` then
         ``return name`` as ``return e`` where nothing else in ``fn`` names it."""
-        read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-        names = Counter(n.id for n in ast.walk(fn) if isinstance(n, ast.Name))
+        read = {n.id for n in self.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        names = Counter(n.id for n in self.walk(fn) if isinstance(n, ast.Name))
         out = self._copies(fn)
         if out is not None:
             return out
-        for stmt in ast.walk(fn):  # a, b, probs = f(): a name the cuts left unread is unpacked into _
+        for stmt in self.walk(fn):  # a, b, probs = f(): a name the cuts left unread is unpacked into _
             unpacked = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
             if isinstance(unpacked, ast.Tuple) and not isinstance(stmt.value, ast.Tuple):  # type: ignore[union-attr]
                 for t in unpacked.elts:
                     if isinstance(t, ast.Name) and t.id != "_" and t.id not in read and names[t.id] == 1:
                         return self.replace(t, "_")
-        for body in (b for n in ast.walk(fn) if isinstance(b := getattr(n, "body", None), list)):
+        for body in (b for n in self.walk(fn) if isinstance(b := getattr(n, "body", None), list)):
             for stmt, ret in pairwise(body):
                 if not (isinstance(stmt, ast.Assign) and isinstance(ret, ast.Return) and len(stmt.targets) == 1):
                     continue
@@ -596,7 +633,7 @@ class _Pruner(SourceText):
                     out = self._returned_once(stmt, ret, target.id)  # type: ignore[union-attr]
                     if out is not None:
                         return out
-        for stmt in ast.walk(fn):
+        for stmt in self.walk(fn):
             if (
                 isinstance(stmt, ast.Assign)
                 and len(stmt.targets) == 1
@@ -616,11 +653,11 @@ class _Pruner(SourceText):
     def _copies(self, fn: ast.FunctionDef) -> str | None:
         """A local bound once to a parameter ``fn`` never rebinds (``prompt = input_ids``) read as the parameter;
         one bound once to ``{}`` and only spread or passed (``fixed = {}``, ``**fixed``) read as nothing / ``{}``."""
-        stores = Counter(n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load))
+        stores = Counter(n.id for n in self.walk(fn) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load))
         params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
         pairs = [
             (t, v)
-            for stmt in ast.walk(fn)
+            for stmt in self.walk(fn)
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
             for t, v in _pairs(stmt.targets[0], stmt.value, False)  # prompt, fixed = input_ids, {} too
             if isinstance(t, ast.Name) and v is not None
@@ -629,7 +666,7 @@ class _Pruner(SourceText):
             name = target.id  # type: ignore[attr-defined]
             if stores[name] != 1 or name in params:
                 continue
-            loads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and n is not target]
+            loads = [n for n in self.walk(fn) if isinstance(n, ast.Name) and n.id == name and n is not target]
             if isinstance(value, ast.Name) and value.id in params and not stores[value.id] and loads:
                 return self.replace(loads[0], value.id)
             if not (isinstance(value, ast.Dict) and not value.keys) or not loads:
@@ -659,7 +696,7 @@ class _Pruner(SourceText):
         """``y = e`` then ``return y.f(..)`` as ``return e.f(..)``: ``y`` read once, first (the receiver of the
         returned chain) or beside plain reads only, so nothing runs in another order; the line stays short."""
         value = ret.value
-        if sum(_named(n, name) for n in ast.walk(value)) != 1:  # type: ignore[arg-type, arg-type]
+        if sum(_named(n, name) for n in self.walk(value)) != 1:  # type: ignore[arg-type, arg-type]
             return None
         node: Any = value
         while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):  # down the receiver chain
@@ -685,7 +722,7 @@ class _Pruner(SourceText):
         keywords = {k.arg for c in calls for k in c.keywords}
         if None in keywords or any(isinstance(a, ast.Starred) for c in calls for a in c.args):
             return None  # f(**kw), f(*args): anything may be passed
-        read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        read = {n.id for n in self.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         args = fn.args
         positional = [*args.posonlyargs, *args.args]
         most = max((len(c.args) + 1 for c in calls), default=0)  # + 1: a method's self
@@ -724,7 +761,7 @@ class _Pruner(SourceText):
         ``Model.tie_weights`` as a hook), read by name, or (an ``__init__``) its class used as a value."""
         if self._uncalled is None:
             self._uncalled = set()
-            for node in ast.walk(self.tree):
+            for node in self.walk(self.tree):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str):
                     self._uncalled.add(node.value)  # getattr(x, "name")
                 name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
@@ -745,13 +782,13 @@ class _Pruner(SourceText):
         positional = [*fn.args.posonlyargs, *fn.args.args]
         most = max(len(c.args) + 1 for c in calls)  # + 1: a method's self
         first_default = len(positional) - len(fn.args.defaults)
-        nested = [n for n in ast.walk(fn) if n is not fn and isinstance(n, (ast.Lambda, ast.FunctionDef))]
+        nested = [n for n in self.walk(fn) if n is not fn and isinstance(n, (ast.Lambda, ast.FunctionDef))]
         scoped = {a.arg for n in nested for a in n.args.args}  # names a nested scope binds again
         for i, a in enumerate(positional):
             default = fn.args.defaults[i - first_default] if i >= first_default else None
             if not isinstance(default, ast.Constant) or i < most or a.arg in keywords or a.arg in scoped:
                 continue
-            uses = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == a.arg]
+            uses = [n for n in self.walk(fn) if isinstance(n, ast.Name) and n.id == a.arg]
             if uses and all(isinstance(n.ctx, ast.Load) for n in uses):
                 first = min(uses, key=lambda n: (n.lineno, n.col_offset))
                 return self.replace(first, repr(default.value))
@@ -780,7 +817,7 @@ class _Pruner(SourceText):
         mine, base_defaults = dict(_defaults(fn.args)), _defaults(theirs[0].args)
         at = len(calls[0].args) - 1
         param = next((a for a in mine if a.arg == last.id), None)
-        loads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == last.id]
+        loads = [n for n in self.walk(fn) if isinstance(n, ast.Name) and n.id == last.id]
         if param is None or len(loads) != 1 or param.arg in keywords or positional.index(param) < most:
             return None  # read elsewhere too, or passed by a call
         if at >= len(base_defaults) or ast.unparse(base_defaults[at][1]) != ast.unparse(mine[param]):
@@ -829,13 +866,18 @@ def _may_call(
     """Whether ``call`` may reach ``fn``: by its name; a class's ``__init__`` by the name of the class or of a
     subclass (``constructors``), or by super().__init__ in a subclass (``caller``: the class the call is in).
     Calls of computed callables (``table[k](...)``) are taken to reach none: the library names what it calls."""
-    f = call.func
-    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    name = _callee(call)
     if fn.name != "__init__":
         return name == fn.name
     if name == "__init__":
         return caller in constructors and caller != owner
     return name in constructors
+
+
+def _callee(call: ast.Call) -> str | None:
+    """The name a call calls by (``f`` of ``f(..)`` and ``x.f(..)``), None for a computed callable."""
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
 
 
 def _only_super_init(fn: ast.FunctionDef) -> bool:
@@ -901,8 +943,9 @@ def _plain(value: ast.expr) -> bool:
     return isinstance(value, (ast.Dict, ast.List, ast.Tuple)) and not any(ast.iter_child_nodes(value))
 
 
-def _reads(node: ast.AST) -> Iterator[str]:
-    for sub in ast.walk(node):
+def _reads(nodes: list[ast.AST]) -> Iterator[str]:
+    """The names and strings that ``nodes`` (a statement's walk) read."""
+    for sub in nodes:
         if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
             yield sub.id
         elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
