@@ -399,11 +399,9 @@ class _Pruner(SourceText):
     def __init__(self, source: str, keep: set[str]):
         super().__init__(source)
         self.keep = keep
+        self._uncalled: set[str] | None = None  # names read other than as a callee (_referenced)
         self._by_name: dict[str, bool] = {}  # class → named other than as a base (_shadowed)
-        self._uncalled: set[str] | None = None
-        self._classes_of: dict[
-            ast.AST, str | None
-        ] = {}  # node → the class it is inside (_class_of)  # names read other than as a callee (_referenced)
+        self._classes_of: dict[ast.AST, str | None] = {}  # node → the class it is inside (_class_of)
         self.loaded: set[str] = set()  # attributes read anywhere, by name or by getattr / hasattr
         for node in self.walk(self.tree):
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
