@@ -4,6 +4,7 @@ take (mask kinds, RoPE scaling, seq2seq generation, recurrent init)."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import shutil
 import subprocess
@@ -91,6 +92,18 @@ def _outputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[st
     return out if isinstance(out, dict) else {"logits": out}
 
 
+def _acceleration_in(tree: ast.AST) -> set[str]:
+    """Names of the acceleration pass in a file: kernel slots, overrides, imports of specc's ``accel``."""
+    names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names |= {node.module or "", *(a.name for a in node.names)}
+    return {n for n in names if "kernel" in n or "accel" in n or n in ("Override", "plain")}
+
+
 def _ruff(path: Path) -> None:
     ruff = shutil.which("ruff")
     if ruff is None:
@@ -109,6 +122,7 @@ def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> No
     text = path.read_text()
     assert "fmt:" not in text
     _ruff(path)
+    assert not _acceleration_in(ast.parse(text)), case  # the acceleration pass stays outside the file
     module = build_torch(spec)
     standalone = _import(path).build()
     assert list(standalone.state_dict()) == list(module.state_dict())

@@ -1,11 +1,11 @@
 """Run in a fresh process by test_analysis_measure.py: time `specc train` steps of a small character LM on
-this CPU under each given recompute policy; print {policy: {"step_s", "peak_bytes"}} as JSON.
+this CPU under each given recompute policy; print {policy: {"step_s", "step_quartiles_s", "peak_bytes"}} as JSON.
 
-step_s: the median step time. peak_bytes: the step's allocation peak (malloc's bytes in use, sampled after
-every op by a dispatch mode) over what was in use when the step began, plus the weights, gradients and Adam
-states it began with: the tensors of one step. Policies as the analyzer prices them: none; full (each block
-checkpointed); selective (each attention core checkpointed); op (each block under torchtitan's op-level
-selective checkpointing, ``op_policy``)."""
+step_s: the median step time; step_quartiles_s: the steps a quarter from either end. peak_bytes: the step's
+allocation peak (malloc's bytes in use, sampled after every op by a dispatch mode) over what was in use when the
+step began, plus the weights, gradients and Adam states it began with: the tensors of one step. Policies as the
+analyzer prices them: none; full (each block checkpointed); selective (each attention core checkpointed); op (each
+block under torchtitan's op-level selective checkpointing, ``op_policy``)."""
 
 from __future__ import annotations
 
@@ -141,7 +141,9 @@ def main() -> None:
             t0 = time.perf_counter()
             train_step(run)
             times.append(time.perf_counter() - t0)
-        out[recompute] = {"step_s": sorted(times)[len(times) // 2], "peak_bytes": peak, "vocab": len(run.vocab)}
+        times.sort()  # the median, and the steps either side of it: a load that changed during them shows
+        out[recompute] = {"step_s": times[len(times) // 2], "peak_bytes": peak, "vocab": len(run.vocab)}
+        out[recompute]["step_quartiles_s"] = [times[len(times) // 4], times[-1 - len(times) // 4]]
     out["gemm_1024_flops"] = gemm_1024_flops()  # before and after: a load that changed meanwhile shows
     print(json.dumps(out))
 
