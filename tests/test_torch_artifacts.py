@@ -3,7 +3,6 @@ guard, and tracing (torch.export / torch.compile without graph breaks)."""
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import subprocess
 import sys
@@ -108,33 +107,6 @@ def _import(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module.split(".")[0])
-    return names
-
-
-@pytest.mark.parametrize("case", ARTIFACT_CASES)
-def test_standalone_model_py_reproduces_the_module(case: str, tmp_path: Path) -> None:
-    spec = tiny(case)
-    path = write_model_py(spec, tmp_path / f"{case}.py")
-    allowed = {"__future__", "collections", "contextlib", "dataclasses", "functools", "math", "pathlib", "re", "typing"}
-    allowed.add("torch")
-    assert _imports(path) <= allowed | {"safetensors"}
-    standalone = _import(path).build()
-    module = build_torch(spec)
-    assert list(standalone.state_dict()) == list(module.state_dict())
-    _same_outputs(module, standalone)  # same seeded initialisation
-    weights = _trained(module)
-    standalone.load_state_dict(weights)
-    _same_outputs(build_torch(spec, weights=weights), standalone)
 
 
 def test_standalone_with_weights_runs_without_specc(tmp_path: Path) -> None:

@@ -92,15 +92,26 @@ def _outputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[st
     return out if isinstance(out, dict) else {"logits": out}
 
 
-def _acceleration_in(tree: ast.AST) -> set[str]:
-    """Names of the acceleration pass in a file: kernel slots, overrides, imports of specc's ``accel``."""
-    names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+# what a standalone model.py may import: the standard library's small helpers, torch, safetensors for weights
+ALLOWED_IMPORTS = {"__future__", "collections", "contextlib", "dataclasses", "functools", "math", "pathlib", "re"}
+ALLOWED_IMPORTS |= {"typing", "torch", "safetensors"}
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    """Every module a file imports, and the names it takes from them."""
+    names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             names |= {node.module or "", *(a.name for a in node.names)}
+    return names
+
+
+def _acceleration_in(tree: ast.AST) -> set[str]:
+    """Names of the acceleration pass in a file: kernel slots, overrides, imports of specc's ``accel``."""
+    names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | _imports(tree)
+    names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     return {n for n in names if "kernel" in n or "accel" in n or n in ("Override", "plain")}
 
 
@@ -122,12 +133,23 @@ def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> No
     text = path.read_text()
     assert "fmt:" not in text
     _ruff(path)
-    assert not _acceleration_in(ast.parse(text)), case  # the acceleration pass stays outside the file
+    tree = ast.parse(text)
+    assert not _acceleration_in(tree), case  # the acceleration pass stays outside the file
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert {m.split(".")[0] for m in modules} <= ALLOWED_IMPORTS, modules  # torch, not specc
     module = build_torch(spec)
     standalone = _import(path).build()
     assert list(standalone.state_dict()) == list(module.state_dict())
     inputs = example_inputs(module.graph, batch=2, length=6)
-    want, got = _outputs(module, inputs), _outputs(standalone, inputs)
+    _same(_outputs(module, inputs), _outputs(standalone, inputs))  # the same seeded initialisation
+    gen = torch.Generator().manual_seed(7)  # weights unlike the seeded init: a loader that re-initialises shows
+    weights = {k: v + 0.1 * torch.randn(v.shape, generator=gen) for k, v in module.state_dict().items()}
+    standalone.load_state_dict(weights)
+    _same(_outputs(build_torch(spec, weights=weights), inputs), _outputs(standalone, inputs))
+
+
+def _same(want: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> None:
     assert want.keys() == got.keys()
     for name, value in want.items():
         torch.testing.assert_close(got[name], value, atol=1e-5, rtol=1e-5)
