@@ -62,10 +62,19 @@ class BiasedAttention(WindowedAttention):
         q, k, v = qkv.view(b, n, -1, self.head_dim).transpose(1, 2).split([self.heads, self.kv_heads, self.kv_heads], 1)
         if state is not None and state.cache is not None:
             k, v = state.cache.update(self, k, v)
-        allowed, causal = self.mask_for(n, k.shape[2], attention_mask, state, q)
+        # the masked bias once per call for all layers of a stack (as transformers' T5 passes its position_bias
+        # on): a copy per layer would be kept per layer for the backward, [B, H, N_q, N_k] each with padding
+        key = ("biased", id(bias), q.dtype, self.mask, self.window, self.prefix, self.chunk, attention_mask is None)
+        held = state.memo.get(key) if state is not None else None
+        if held is None or held[0] is not bias:
+            held = (bias, self.masked(bias.to(q.dtype), n, k.shape[2], attention_mask, state, q))
+            if state is not None:
+                state.memo[key] = held  # the bias itself held too: its id is not reused while the entry lives
+        return self.attend(q, k, v, held[1], False)
+
+    def masked(self, bias: Tensor, n_q: int, n_k: int, pad: Tensor | None, state: State | None, q: Tensor) -> Tensor:
+        """The bias with the structural and padding masks folded in as -inf."""
+        allowed, causal = self.mask_for(n_q, n_k, pad, state, q)
         if causal:
-            allowed = torch.ones(n, k.shape[2], dtype=torch.bool, device=q.device).tril()
-        bias = bias.to(q.dtype)
-        if allowed is not None:
-            bias = bias.masked_fill(~allowed, float("-inf"))
-        return self.attend(q, k, v, bias, False)
+            allowed = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()
+        return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
