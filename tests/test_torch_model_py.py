@@ -240,6 +240,29 @@ def helper():
     assert "self.size is None" in undecided
 
 
+def test_a_fold_that_returns_early_takes_the_code_after_it_along() -> None:
+    source = """
+class A:
+    def __init__(self, first=0):
+        self.first = first
+
+    def cut(self, x, mask):
+        if not self.first or mask is None:
+            return x
+        y = x[self.first :]  # what a fold of the test leaves behind never runs
+        return y
+
+
+def helper(x, mask):
+    return A().cut(x, mask)
+"""
+    out = specialise(source, {"self.first": [0]}, keep={"helper"})
+    assert "return x\n" in out and "x[" not in out and "never runs" not in out, out
+    passed = source.replace("def helper(x, mask):\n    return A()", "def helper(x, mask, first):\n    return A(first)")
+    undecided = specialise(passed, {"self.first": [0, 2]}, keep={"helper"})  # first: the caller's
+    assert "mask is None" in undecided and "x[self.first :]" in undecided, undecided
+
+
 @pytest.mark.parametrize("preset", ["gpt2", "llama3.1-8b", "mixtral-8x7b", "transformer-base", "vit-b16"])
 def test_build_with_a_smaller_config_makes_a_variant_that_runs(preset: str, tmp_path: Path) -> None:
     """Full-size presets: model.py's Config holds the sizes; build(config=...) builds (and runs) a small variant."""
@@ -509,3 +532,48 @@ def helper():
     a, b = torch.arange(6.0).reshape(2, 3), torch.ones(2, 3)
     want = (torch.matmul(a * 0.5, b.T) + torch.matmul(b * 0.5, a.T)).T.flatten()
     assert torch.equal(namespace["helper"]().forward(a, b), want)
+
+
+def test_a_method_that_only_returns_its_bases_call_goes_and_a_spread_tuple_becomes_arguments() -> None:
+    """``def attend(..): return super().attend(..)`` with the signature of the nearest class up that has it is that
+    class's method; ``f(q, *g(k, v))`` with ``g`` returning ``(k, v)`` is ``f(q, k, v)``; a subclass left with
+    nothing of its own takes its base's docstring when the two merge."""
+    from specc.backends.torch.codegen.inline import inline
+
+    source = """
+from torch import nn
+
+
+class Core(nn.Module):
+    \"\"\"The core.\"\"\"
+
+    def attend(self, q, k, v, causal=False):
+        return q * k + v if causal else q + k + v
+
+
+class Mid(Core):
+    \"\"\"Core that adds a step.\"\"\"
+
+    def forward(self, q, k, v):
+        return self.attend(q, *self.visible(k, v))
+
+    def visible(self, k, v):
+        return k, v
+
+
+class Leaf(Mid):
+    \"\"\"Mid that would cut keys.\"\"\"
+
+    def attend(self, q, k, v, causal=False):
+        return super().attend(q, k, v, causal)
+
+
+def helper():
+    return Leaf()
+"""
+    out = inline(source, keep={"helper"})
+    assert "super().attend" not in out and "visible" not in out and "return q + k + v" in out, out
+    assert out.count("class ") == 1 and '"""Core that adds a step."""' in out and "would cut" not in out, out
+    namespace: dict = {}
+    exec(out, namespace)
+    assert namespace["helper"]()(2, 3, 4) == 9

@@ -91,7 +91,7 @@ class _Inliner(SourceText):
         rest = [s for s in body if isinstance(s, ast.FunctionDef) and s.name != "__init__"]
         rest += [s for s in base_body if isinstance(s, ast.FunctionDef) and s.name not in methods]
         rest = [s for s in rest if s.name != "__init__"]
-        kept = doc or base_doc
+        kept = (doc if body else None) or base_doc or doc  # a subclass that adds nothing: the base's words
         chunks = [self.lines[kept.lineno - 1 : kept.end_lineno]] if kept else []
         if attrs:
             chunks.append([line for s in attrs for line in self._lines(s)])
@@ -234,8 +234,10 @@ class _Inliner(SourceText):
         bare = isinstance(parent, (ast.Return, ast.Assign, ast.Expr, ast.keyword)) or (
             isinstance(parent, ast.Call) and call in parent.args
         )
-        plain = text
-        if not isinstance(ast.parse(text, mode="eval").body, _ATOMIC) and not bare:
+        plain, parsed = text, ast.parse(text, mode="eval").body
+        if isinstance(parent, ast.Starred) and isinstance(parsed, ast.Tuple):  # f(*g(k, v)), g → (k, v): f(k, v)
+            call, text = parent, ", ".join(ast.unparse(e) for e in parsed.elts)  # type: ignore[assignment]
+        elif not isinstance(parsed, _ATOMIC) and not bare and not (isinstance(parsed, ast.Tuple) and text[0] == "("):
             text = f"({text})"
         out = self.replace(call, text)
         line = out.split("\n")[call.lineno - 1]

@@ -205,10 +205,12 @@ class _Folder(SourceText):
     # statements --------------------------------------------------------------------------------------
 
     def _body(self, body: list[ast.stmt]) -> str | None:
-        for stmt in body:
+        for i, stmt in enumerate(body):
             out = self._stmt(stmt)
             if out is not None:
                 return out
+            if isinstance(stmt, (ast.Return, ast.Raise)) and i + 1 < len(body):  # a fold left code that never runs
+                return self.replace_lines(first_line(body[i + 1]), body[-1].end_lineno, [])  # type: ignore[arg-type]
         return None
 
     def _stmt(self, stmt: ast.stmt) -> str | None:
@@ -513,6 +515,8 @@ class _Pruner(SourceText):
                 return len(init.args.args) == 1 and not init.args.vararg and not init.args.kwarg
             return _module_signature(init.name) == [(a.arg, ast.unparse(d)) for a, d in _defaults(init.args)]
         theirs = [f for f in (base.body if base else []) if isinstance(f, ast.FunctionDef) and f.name == init.name]
+        if not theirs and base is not None and init.name != "__init__":  # the nearest class up that has it
+            return self._same_init(base, init)
         if not theirs:
             return False
         base_args, n = theirs[0].args, len(init.args.args)  # the base's first n parameters, the rest defaulted
@@ -879,9 +883,12 @@ def _callee(call: ast.Call) -> str | None:
 
 
 def _only_super_init(fn: ast.FunctionDef) -> bool:
-    """``def f(self, a, b=1): super().f(a, b)`` (then ``return self`` or nothing): the base's method as it is."""
+    """``def f(self, a, b=1): super().f(a, b)`` (then ``return self`` or nothing), or ``return super().f(a, b)``:
+    the base's method as it is."""
     body = fn.body
-    if body and isinstance(body[-1], ast.Return) and ast.unparse(body[-1]) == "return self":
+    if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None and fn.name != "__init__":
+        body = [ast.Expr(body[0].value)]  # returns what the base's returns
+    elif body and isinstance(body[-1], ast.Return) and ast.unparse(body[-1]) == "return self":
         body = body[:-1]
     if len(body) != 1 or not isinstance(body[0], ast.Expr):
         return False
@@ -893,8 +900,8 @@ def _only_super_init(fn: ast.FunctionDef) -> bool:
         and not fn.args.kwonlyargs
         and not call.keywords
         and [ast.unparse(a) for a in call.args] == params
-        and (len(body) == len(fn.body)) == (fn.name == "__init__")  # __init__ returns None, the others self
-    )
+        and (len(body) == len(fn.body)) == (fn.name == "__init__" or isinstance(fn.body[0], ast.Return))
+    )  # __init__ returns None, the others self or the base's value
 
 
 def _defaults(args: ast.arguments) -> list[tuple[ast.arg, Any]]:
