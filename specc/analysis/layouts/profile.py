@@ -29,7 +29,7 @@ from ...ir.graph import LayerGraph, dims
 from ...ir.ops import ATTENTION_KINDS, LatentAttentionAttrs
 from ...spec.schema import DTYPE_BYTES
 from ..costs import Ctx, numel
-from ..op_costs import decode_ops, evaluate
+from ..op_costs import KEEP_THEIR_INPUT, decode_ops, evaluate
 from ..rules.attention_core import cpu_sdpa_unfused
 from .shard import tp_roles
 from .stages import anchors, block_count, stage_of
@@ -77,6 +77,9 @@ class OpProfile:
     cpu_math_inference: bool = False  # … and none without dropout either (cpu_sdpa_unfused at inference)
     dropout: bool = False  # a dropout op: in inference the identity, which launches no kernel
     shared_bias: int = 0  # ALiBi: torch's layers build one [1, H, N, N] bias per call, shared by every layer
+    # a tensor from outside the block that ops of several blocks keep (the encoder's output every decoder
+    # layer's cross-attention K/V projection reads): (its name, bytes), kept once per stage, not in saved_*
+    shared_input: tuple[str, int] = ("", 0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,6 +125,7 @@ class Stage:
 
 def _stage(ops: Counter[OpProfile], key: int) -> Stage:
     items = tuple(ops.items())
+    shared = sum(dict(p.shared_input for p, _ in items if p.shared_input[1]).values())  # each tensor once
 
     def total(attr: str, pick: object = None) -> int:
         return sum(c * getattr(p, attr) for p, c in items if pick is None or p.in_block == pick)
@@ -130,9 +134,9 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         items,
         key,
         total("saved_sharded"),
-        total("saved_replicated"),
+        total("saved_replicated") + shared,
         total("selective_sharded"),
-        total("block_input", True),
+        total("block_input", True) + shared,  # full recompute: an input of each checkpointed block, kept once
         total("saved_sharded", False),
         total("saved_replicated", False),
         total("kv_cache"),
@@ -206,6 +210,10 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
     where, roles = anchors(g), tp_roles(g)
     outputs = set(g.outputs.values())
     f_inputs: set[str] = set()
+    keepers: dict[str, set[int]] = {}  # tensor → the blocks whose ops keep it as their input
+    for op in g.ops():
+        if op.kind in KEEP_THEIR_INPUT and op.layer is not None:
+            keepers.setdefault(op.inputs[0], set()).add(where[op.name])
     mm_count: Counter[object] = Counter()  # per block (checkpoint region): aten.mm calls so far
     out = []
     for c in costs:
@@ -228,6 +236,9 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
             sharded, saved_r = True, c.mem.saved - saved_s
         elif role == "row":
             saved_s, saved_r = c.mem.saved, 0
+        shared_input = ("", 0)
+        if op.kind in KEEP_THEIR_INPUT and len(keepers.get(op.inputs[0], ())) > 1 and saved_r and not saved_s:
+            shared_input, saved_r = (op.inputs[0], saved_r), 0  # counted once per stage (_stage)
         if not core:
             sel_s = saved_s
         logits = 0
@@ -301,6 +312,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     cpu_math_inference=core and cpu_sdpa_unfused(op.attrs, training=False),
                     dropout=op.kind == "dropout",
                     shared_bias=_shared_bias(op, ins, elem_bytes) if core else 0,
+                    shared_input=shared_input,
                 ),
             )
         )

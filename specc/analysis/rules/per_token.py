@@ -59,14 +59,17 @@ def norm_memory(a: LayerNormAttrs | RMSNormAttrs, ins: list[Dims], out: Dims, ct
     weights = a.dim * (2 if isinstance(a, LayerNormAttrs) and a.bias else 1)
     saved = numel(ins[0]) * ctx.bytes
     torch_extra = cpu_extra = 0
-    if isinstance(a, RMSNormAttrs):
+    if isinstance(a, LayerNormAttrs):  # torch's layer_norm keeps mean and rstd per row: fp32 on a GPU (its
+        torch_extra = 2 * tokens(ins[0]) * C.STAT_BYTES  # accumulate type), the weights' dtype on the CPU
+        cpu_extra = 2 * tokens(ins[0]) * ctx.bytes - torch_extra
+    else:
         fp32, rstd = numel(ins[0]) * C.STAT_BYTES, tokens(ins[0]) * C.STAT_BYTES
         if a.unit_offset:  # the (1 + w) composite, on any device: x and x·rstd in fp32, rstd per row
             torch_extra = 2 * fp32 + rstd - saved
         elif ctx.bytes < C.STAT_BYTES:  # half precision: specc's composite on any device (x in fp32, rstd, and
             torch_extra = fp32 + rstd  # x·rstd cast back, the size of the input ``saved`` counts)
-        else:  # fp32: torch's rms_norm, one fused kernel on a GPU, the composite on the CPU
-            cpu_extra = 2 * fp32 + rstd - saved
+        else:  # fp32: torch's rms_norm, one fused kernel on a GPU (x and rstd), the composite on the CPU
+            torch_extra, cpu_extra = rstd, 2 * fp32 - saved
     return Mem(saved=saved, io=io_bytes(ins, out, ctx), weights_read=weights, saved_torch=torch_extra,
                saved_torch_cpu=cpu_extra)  # fmt: skip
 
