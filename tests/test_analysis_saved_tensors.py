@@ -143,9 +143,14 @@ def test_gathered_logits_are_kept_whole_on_each_tp_rank() -> None:
 def test_the_encoder_output_every_cross_attention_keeps_counts_once_per_stage() -> None:
     """Each decoder layer's cross-attention K/V projection keeps the encoder's output for its backward: one tensor
     (autograd keeps its storage once), so a pipeline stage holding decoder layers counts it once, however many."""
+    from specc.analysis.costs import Ctx
     from specc.analysis.layouts.profile import profile
+    from specc.analysis.op_costs import evaluate
 
     g = specc.lower(specc.load_spec("transformer-base", [*TINY, "blocks=4"]))  # encoder: blocks 0-3, decoder 4-7
+    costs = evaluate(g, {"B": 1, "N": N, "N_dec": N_DEC}, Ctx(bytes=4))
+    kv = [c.mem.saved for c in costs if c.op.name.endswith("cross_attn.kv")]
+    assert kv == [N * 64 * 4, 0, 0, 0]  # one device (the per-op table, `specc analyze`): the first reader keeps it
     prof = profile(g, N, N_DEC, "fp32", True)
     one = N * 64 * 4  # batch 1: the encoder output, fp32
     for pp, with_decoder in ((1, [True]), (2, [False, True]), (4, [False, False, True, True])):

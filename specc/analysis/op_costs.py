@@ -58,21 +58,22 @@ KEEP_THEIR_OUTPUT = ("relu", "sigmoid", "tanh")
 def evaluate(g: LayerGraph, env: dict[str, int], ctx: Ctx, only: set[str] | None = None) -> list[OpCost]:
     """Costs of every op (or of the ops named in ``only``) with symbols bound by ``env``."""
     out: list[OpCost] = []
-    kept: set[tuple[int | None, str]] = set()  # (block, tensor): inputs an op already keeps for its backward
+    kept: set[str] = set()  # tensors an op already keeps for its backward (autograd keeps a storage once)
     for op in g.ops():
         keeps_input = op.kind in KEEP_THEIR_INPUT
-        shared = keeps_input and (op.layer, op.inputs[0]) in kept
+        shared = keeps_input and op.inputs[0] in kept
         if keeps_input:
-            kept.add((op.layer, op.inputs[0]))
+            kept.add(op.inputs[0])
         if op.kind == "activation" and op.attrs.fn in KEEP_THEIR_OUTPUT:
-            kept.add((op.layer, op.name))
+            kept.add(op.name)
         if only is not None and op.name not in only:
             continue
         flops, memory = rules_for(op.kind, op.name)
         ins = [dims(g.shape_of(i), env) for i in op.inputs]
         shape = dims(op.shape, env)
         mem = memory(op.attrs, ins, shape, ctx)
-        if shared:  # a tensor several ops keep (gate and up, MLA's q_a and kv_a, parallel blocks' norms): once
+        if shared:  # a tensor several ops keep (gate and up, MLA's q_a and kv_a, parallel blocks' norms, the
+            # encoder output of every cross-attention's K/V): once; a pipeline stage its own copy (profile.py)
             mem = replace(mem, saved=0, saved_fused=None)
         out.append(OpCost(op, tuple(flops(op.attrs, ins, shape, ctx)), mem))
     return out

@@ -237,8 +237,8 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
         elif role == "row":
             saved_s, saved_r = c.mem.saved, 0
         shared_input = ("", 0)
-        if op.kind in KEEP_THEIR_INPUT and len(keepers.get(op.inputs[0], ())) > 1 and saved_r and not saved_s:
-            shared_input, saved_r = (op.inputs[0], saved_r), 0  # counted once per stage (_stage)
+        if op.kind in KEEP_THEIR_INPUT and len(keepers.get(op.inputs[0], ())) > 1 and not saved_s:
+            shared_input, saved_r = (op.inputs[0], numel(ins[0]) * elem_bytes), 0  # once per stage (_stage)
         if not core:
             sel_s = saved_s
         logits = 0

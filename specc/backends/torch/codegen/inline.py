@@ -237,7 +237,7 @@ class _Inliner(SourceText):
         plain, parsed = text, ast.parse(text, mode="eval").body
         if isinstance(parent, ast.Starred) and isinstance(parsed, ast.Tuple):  # f(*g(k, v)), g → (k, v): f(k, v)
             call, text = parent, ", ".join(ast.unparse(e) for e in parsed.elts)  # type: ignore[assignment]
-        elif not isinstance(parsed, _ATOMIC) and not bare and not (isinstance(parsed, ast.Tuple) and text[0] == "("):
+        elif not isinstance(parsed, (*_ATOMIC, ast.Tuple)) and not bare:  # unparse writes a tuple in parentheses
             text = f"({text})"
         out = self.replace(call, text)
         line = out.split("\n")[call.lineno - 1]
