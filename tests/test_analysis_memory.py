@@ -81,3 +81,22 @@ def test_sinks_and_alibi_costs() -> None:
     assert softmax(sinks) - softmax(plain) == 2 * 5 * 4 * 32  # layers · SOFTMAX · heads · rows
     assert softmax(alibi) - softmax(plain) == 2 * 4 * 32 * 32  # layers · one add per score
     assert sinks["flops"]["forward"]["matmul"] == plain["flops"]["forward"]["matmul"]
+
+
+def test_full_recompute_keeps_block_inputs_and_the_encoder_output_once() -> None:
+    """Full recompute keeps what lives outside the blocks, each block's residual input and, once, a tensor several
+    blocks read: the encoder output each decoder layer's cross-attention K/V takes (a checkpoint input of each)."""
+    b, n, n_dec, d = 4, 32, 24, 64
+    for blocks in (2, 4):
+        sets = [f"blocks={blocks}", f"d_model={d}", "attention.heads=4", "mlp.hidden=128", "dtype=fp32"]
+        g = specc.lower(specc.load_spec("transformer-base", sets))
+        costs = evaluate(g, {"B": b, "N": n, "N_dec": n_dec}, Ctx(bytes=4))
+        outside = sum(c.mem.saved for c in costs if c.op.layer is None)
+        block_inputs = blocks * (b * n + b * n_dec) * d * 4
+        full = analyze(g, batch=b, seq=n, dec_seq=n_dec, training=True, recompute="full", crossover=False).memory
+        assert full["activations_training"] == outside + block_inputs + b * n * d * 4, blocks
+    gpt2 = specc.lower(specc.load_spec("gpt2", ["blocks=2", f"d_model={d}", "attention.heads=4", "dtype=fp32"]))
+    costs = evaluate(gpt2, {"B": b, "N": n}, Ctx(bytes=4))
+    outside = sum(c.mem.saved for c in costs if c.op.layer is None)
+    full = analyze(gpt2, batch=b, seq=n, training=True, recompute="full", crossover=False).memory
+    assert full["activations_training"] == outside + 2 * b * n * d * 4  # a decoder alone: no tensor read twice

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..ir.graph import LayerGraph, dims
 from ..ir.ops import ATTENTION_KINDS
-from .op_costs import OpCost
+from .costs import numel
+from .op_costs import KEEP_THEIR_INPUT, OpCost
 
 ADAM_STATES = {2: 12, 4: 8}  # bytes/param: fp32 master + m + v in mixed precision; m + v in fp32
 
@@ -67,7 +68,8 @@ def _training_activations(
     g: LayerGraph, costs: list[OpCost], env: dict[str, int], elem_bytes: int, recompute: str, items: dict[str, int]
 ) -> int:
     """Activations kept under the chosen recomputation: none (all), selective (attention core recomputed),
-    full (only each block's input, plus what lives outside the blocks)."""
+    full (only each block's inputs, plus what lives outside the blocks: the residual stream into each block,
+    and once a tensor several blocks read, as the encoder output every decoder layer's cross-attention takes)."""
     if recompute == "none":
         return items["activations"]
     if recompute == "selective":
@@ -78,4 +80,13 @@ def _training_activations(
         if c.op.layer is not None and c.op.kind in ATTENTION_KINDS and not c.op.attrs.cross:
             b, s = dims(g.shape_of(c.op.inputs[0]), env)[:2]
             inputs += b * s * _model_width(g, c.op.name) * elem_bytes
-    return outside + inputs
+    return outside + inputs + _shared_block_inputs(g, costs, env, elem_bytes)
+
+
+def _shared_block_inputs(g: LayerGraph, costs: list[OpCost], env: dict[str, int], elem_bytes: int) -> int:
+    """Bytes of the tensors ops of more than one block keep as their input: each a checkpoint input, kept once."""
+    readers: dict[str, set[tuple[str | None, int]]] = {}
+    for c in costs:
+        if c.op.kind in KEEP_THEIR_INPUT and c.op.layer is not None:
+            readers.setdefault(c.op.inputs[0], set()).add((c.op.stack, c.op.layer))
+    return sum(numel(dims(g.shape_of(t), env)) * elem_bytes for t, blocks in readers.items() if len(blocks) > 1)
