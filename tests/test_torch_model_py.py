@@ -157,7 +157,7 @@ def _same(want: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> None:
 
 # Line budgets reached so far (issue 25 asks GPT-2 ≤ 250 and a Llama without RoPE scaling ≤ 300): a change that
 # lets model.py grow fails here; one that shrinks it lowers the number.
-BUDGETS = {"gpt2": 339, "llama2-7b": 351}
+BUDGETS = {"gpt2": 339, "llama2-7b": 350}
 
 
 @pytest.mark.parametrize("preset", sorted(BUDGETS))
@@ -577,3 +577,42 @@ def helper():
     namespace: dict = {}
     exec(out, namespace)
     assert namespace["helper"]()(2, 3, 4) == 9
+
+
+def test_a_value_stored_right_where_it_was_computed_is_stored_directly() -> None:
+    """``y = f(x)`` then ``memo[k] = y``, ``y`` named nowhere else, reads ``memo[k] = f(x)``; a name read twice, or
+    a line with a comment, stays."""
+    source = """
+def fill(memo, k, x):
+    y = abs(x)
+    memo[k] = y
+    z = -x
+    memo[k + 1] = z
+    return z
+
+
+def noted(memo, k, x):
+    y = abs(x)  # why
+    memo[k] = y
+"""
+    out = specialise(source, {}, keep={"fill", "noted"})
+    assert "    memo[k] = abs(x)\n" in out and "    z = -x\n    memo[k + 1] = z\n" in out, out
+    assert "    y = abs(x)  # why\n    memo[k] = y\n" in out, out
+    namespace: dict = {}
+    exec(out, namespace)
+    memo: dict = {}
+    assert namespace["fill"](memo, 0, -3) == 3 and memo == {0: 3, 1: 3}
+
+
+@pytest.mark.parametrize(("case", "branches"), [("gpt2", False), ("gemma2_softcap_layer_kinds", True)])
+def test_init_rule_keeps_the_unit_offset_branch_only_where_a_norm_scales_by_one_plus_its_weight(
+    case: str, branches: bool, tmp_path: Path
+) -> None:
+    text = write_model_py(_spec(case), tmp_path / "model.py").read_text()
+    assert ('getattr(module, "unit_offset", False)' in text) is branches
+    assert "score_bias" not in text and "State() if state is None" not in text and "state or State()" not in text
+
+
+def test_init_rule_keeps_the_experts_biases_only_where_experts_are(tmp_path: Path) -> None:
+    text = write_model_py(_spec("moe_classic_bias"), tmp_path / "model.py").read_text()
+    assert 'local in getattr(module, "zeros", ())' in text and "b_in" in text

@@ -71,6 +71,11 @@ def model_facts(graph: LayerGraph) -> Facts:
     if "contrastive" not in kinds:  # the only layer with parameters starting at a constant (its logit scale)
         facts['local in getattr(module, "constants", ())'] = [False]
         facts['rule == "constant"'] = [False]
+    if "moe" not in kinds:  # the only layer whose biases have other names (init_rule's ``zeros``)
+        facts['local in getattr(module, "zeros", ())'] = [False]
+    if not any(getattr(op.attrs, "unit_offset", False) for op in ops):  # (1 + w) norms: Gemma's weight starts at 0
+        facts['getattr(module, "unit_offset", False)'] = [False]
+        facts['not getattr(module, "unit_offset", False)'] = [True]
     if "sinusoid_table" not in kinds:  # Whisper's computed position table
         facts['hasattr(module, "sinusoids")'] = [False]
         facts['rule == "sinusoids"'] = [False]

@@ -624,6 +624,9 @@ class _Pruner(SourceText):
                         return self.replace(t, "_")
         for body in (b for n in self.walk(fn) if isinstance(b := getattr(n, "body", None), list)):
             for stmt, ret in pairwise(body):
+                out = self._stored_once(stmt, ret, names)
+                if out is not None:
+                    return out
                 if not (isinstance(stmt, ast.Assign) and isinstance(ret, ast.Return) and len(stmt.targets) == 1):
                     continue
                 target, value = stmt.targets[0], ret.value
@@ -693,6 +696,22 @@ class _Pruner(SourceText):
             if v is not load
         ]
         return self.replace(display, "{" + ", ".join(items) + "}")
+
+    def _stored_once(self, stmt: ast.stmt, nxt: ast.stmt, names: Counter[str]) -> str | None:
+        """``y = e`` then ``t = y`` (``y`` named nowhere else) as ``t = e``: the value is computed before the
+        target's expression either way; one line each, no comment lost, the line stays short."""
+        if not (isinstance(stmt, ast.Assign) and isinstance(nxt, ast.Assign)):
+            return None
+        if len(stmt.targets) != 1 or len(nxt.targets) != 1 or not isinstance(name := stmt.targets[0], ast.Name):
+            return None
+        if not (isinstance(nxt.value, ast.Name) and nxt.value.id == name.id and names[name.id] == 2):
+            return None
+        if stmt.lineno != stmt.end_lineno or nxt.lineno != nxt.end_lineno:
+            return None
+        if "#" in self.lines[stmt.lineno - 1] + self.lines[nxt.lineno - 1]:
+            return None
+        line = f"{' ' * stmt.col_offset}{self.segment(nxt.targets[0])} = {self.segment(stmt.value)}"
+        return None if len(line) > 110 else self.replace_lines(stmt.lineno, nxt.lineno, [line])
 
     def _returned_once(self, stmt: ast.Assign, ret: ast.Return, name: str) -> str | None:
         """``y = e`` then ``return y.f(..)`` as ``return e.f(..)``: ``y`` read once, first (the receiver of the

@@ -26,7 +26,7 @@ class LearnedPositions(nn.Embedding):
     """x + table[position] (GPT-2, BERT); positions follow the padding mask when the call has one."""
 
     def forward(self, x: Tensor, state: State | None = None) -> Tensor:  # type: ignore[override]
-        return x + super().forward((state or State()).positions(x.shape[1], x.device))
+        return x + super().forward((State() if state is None else state).positions(x.shape[1], x.device))
 
 
 class OffsetPositions(nn.Embedding):
@@ -38,7 +38,7 @@ class OffsetPositions(nn.Embedding):
         self.offset = offset
 
     def forward(self, x: Tensor, state: State | None = None) -> Tensor:  # type: ignore[override]
-        state = state or State()
+        state = State() if state is None else state
         pos, mask = state.positions(x.shape[1], x.device), state.positions_from
         if mask is not None:
             pos = pos.masked_fill(mask[:, -x.shape[1] :] == 0, -1)
@@ -56,7 +56,8 @@ class SinusoidalPositions(nn.Module):
         self.dim = dim
 
     def forward(self, x: Tensor, state: State | None = None) -> Tensor:
-        return x + sinusoids((state or State()).positions(x.shape[1], x.device), self.dim).to(x.dtype)
+        pos = (State() if state is None else state).positions(x.shape[1], x.device)
+        return x + sinusoids(pos, self.dim).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"

@@ -21,7 +21,8 @@ from .state import KVCache, State
 
 def init_rule(module: nn.Module, local: str) -> str:
     """How a parameter starts: normal (std) | zeros | ones | rnn (U(±1/√H), PyTorch's recurrent default) |
-    constant (the value in the module's ``constants``) | sinusoids (the module's own table)."""
+    constant (the value in the module's ``constants``) | sinusoids (the module's own table); zeros for biases,
+    the parameters a module lists in ``zeros`` and a norm's weight where it scales by (1 + weight)."""
     if local in getattr(module, "constants", ()):
         return "constant"
     if isinstance(module, nn.RNNBase) or hasattr(module, "cell"):
@@ -30,7 +31,9 @@ def init_rule(module: nn.Module, local: str) -> str:
         return "sinusoids"
     if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
         return "ones" if local == "weight" and not getattr(module, "unit_offset", False) else "zeros"
-    return "zeros" if local in ("bias", "score_bias") or local.startswith("b_") else "normal"
+    if local in getattr(module, "zeros", ()):  # a module's own biases by other names (MoE's b_*, score_bias)
+        return "zeros"
+    return "zeros" if local == "bias" else "normal"
 
 
 def param_owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:

@@ -33,6 +33,8 @@ class MoE(nn.Module):
     that went to e, P_e: mean gate probability of e), which ``specc train`` adds to the loss.
     """
 
+    zeros = ("b_gate", "b_up", "b_in", "b_down", "b_out", "score_bias")  # init_weights: these start at 0
+
     def __init__(
         self,
         experts: int,

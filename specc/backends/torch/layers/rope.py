@@ -139,7 +139,7 @@ class Rotary(nn.Module):
     def forward(self, q: Tensor, k: Tensor, state: State | None) -> tuple[Tensor, Tensor]:
         key = (*self.key, q.dtype)
         if state is None or key not in state.memo:
-            tables = self.tables((state or State()).positions(q.shape[2], q.device), q.dtype)
+            tables = self.tables((State() if state is None else state).positions(q.shape[2], q.device), q.dtype)
             if state is None:
                 return self.rotate(q, *tables), self.rotate(k, *tables)
             state.memo[key] = tables
