@@ -139,6 +139,9 @@ def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> No
     modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert {m.split(".")[0] for m in modules} <= ALLOWED_IMPORTS, modules  # torch, not specc
     module = build_torch(spec)
+    ops = list(module.graph.ops())  # init_rule's branches: the (1 + w) norms' zero start, the experts' biases
+    assert ('getattr(module, "unit_offset", False)' in text) == any(getattr(o.attrs, "unit_offset", 0) for o in ops)
+    assert ('local in getattr(module, "zeros", ())' in text) == any(o.kind == "moe" for o in ops), case
     standalone = _import(path).build()
     assert list(standalone.state_dict()) == list(module.state_dict())
     inputs = example_inputs(module.graph, batch=2, length=6)
@@ -166,6 +169,7 @@ def test_model_py_stays_within_its_line_budget(preset: str, tmp_path: Path) -> N
     text = path.read_text()
     assert len(text.splitlines()) <= BUDGETS[preset]
     assert "fmt: skip" not in text and "fmt: off" not in text and max(map(len, text.splitlines())) <= 120
+    assert "State() if state is None" not in text  # the root passes its State to every layer
     _ruff(path)
 
 
@@ -602,17 +606,3 @@ def noted(memo, k, x):
     exec(out, namespace)
     memo: dict = {}
     assert namespace["fill"](memo, 0, -3) == 3 and memo == {0: 3, 1: 3}
-
-
-@pytest.mark.parametrize(("case", "branches"), [("gpt2", False), ("gemma2_softcap_layer_kinds", True)])
-def test_init_rule_keeps_the_unit_offset_branch_only_where_a_norm_scales_by_one_plus_its_weight(
-    case: str, branches: bool, tmp_path: Path
-) -> None:
-    text = write_model_py(_spec(case), tmp_path / "model.py").read_text()
-    assert ('getattr(module, "unit_offset", False)' in text) is branches
-    assert "score_bias" not in text and "State() if state is None" not in text and "state or State()" not in text
-
-
-def test_init_rule_keeps_the_experts_biases_only_where_experts_are(tmp_path: Path) -> None:
-    text = write_model_py(_spec("moe_classic_bias"), tmp_path / "model.py").read_text()
-    assert 'local in getattr(module, "zeros", ())' in text and "b_in" in text
