@@ -104,6 +104,15 @@ class SourceText:
             self._walks[node] = nodes
         return nodes
 
+    def _siblings(self, stmt: ast.stmt) -> list[ast.stmt] | None:
+        """The statement list ``stmt`` stands in (a body, an else, a finally), or None."""
+        parent = self.parents.get(stmt)
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and stmt in block:
+                return block
+        return None
+
     def segment(self, node: ast.AST) -> str:
         return ast.get_source_segment(self.source, node) or ast.unparse(node)
 
@@ -295,14 +304,6 @@ class _Folder(SourceText):
         if not new and parent_body is not None and len(parent_body) == 1:
             new = [" " * indent + "pass"]
         return self.replace_lines(first, last, new)
-
-    def _siblings(self, stmt: ast.stmt) -> list[ast.stmt] | None:
-        parent = self.parents.get(stmt)
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(parent, field, None)
-            if isinstance(block, list) and stmt in block:
-                return block
-        return None
 
     # expressions -------------------------------------------------------------------------------------
 
@@ -534,14 +535,6 @@ class _Pruner(SourceText):
             and t.value.id == "self"
             and t.attr not in self.loaded
         )
-
-    def _siblings(self, stmt: ast.stmt) -> list[ast.stmt] | None:
-        parent = self.parents.get(stmt)
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(parent, field, None)
-            if isinstance(block, list) and stmt in block:
-                return block
-        return None
 
     def _assign(self, stmt: ast.Assign, siblings: list[ast.stmt], unused: Any) -> str | None:
         """``stmt`` without the targets ``unused`` picks whose values are plain (a name, a literal, ``{}``)."""
