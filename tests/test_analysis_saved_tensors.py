@@ -48,13 +48,14 @@ CASES = {
 B, N, N_DEC = 4, 32, 24
 
 
-def _measured(g: object) -> int:
+def _measured(g: object, device: str = "cpu") -> int:
+    """Bytes autograd keeps in one training step on ``device`` (bench/saved_tensors.py --device cuda on a GPU)."""
     torch.manual_seed(0)
-    model = specc.build_torch(g).train()  # a training step: dropout and routers as in training
-    ids = target = torch.randint(0, 64, (B, N))
+    model = specc.build_torch(g, device=device).train()  # a training step: dropout and routers as in training
+    ids = target = torch.randint(0, 64, (B, N)).to(device)  # drawn on the CPU: the same ids on any device
     inputs = {"input_ids": ids}
     if "decoder_input_ids" in g.inputs:  # type: ignore[attr-defined]
-        inputs["decoder_input_ids"] = target = torch.randint(0, 64, (B, N_DEC))
+        inputs["decoder_input_ids"] = target = torch.randint(0, 64, (B, N_DEC)).to(device)
     saved = SavedTensors({p.untyped_storage().data_ptr() for p in model.parameters()})
     with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
         logits = model(**inputs)
