@@ -199,7 +199,10 @@ def latent_attention_memory(a: LatentAttentionAttrs, ins: list[Dims], out: Dims,
         saved=saved,
         saved_fused=(q + k_v + latent) * ctx.bytes + stats,
         saved_torch=torch_extra,
-        saved_cpu_math=_cpu_math_kept(q + k_v + latent, scores, a.dropout) if cpu_sdpa_unfused(a, training=True) else 0,
+        # the math path's fp32 copies are of Q, K, V and the scores; kv_b keeps its latent input in the dtype
+        saved_cpu_math=_cpu_math_kept(q + k_v, scores, a.dropout) + latent * ctx.bytes
+        if cpu_sdpa_unfused(a, training=True)
+        else 0,
         io=(q + latent + k_v + numel(out)) * ctx.bytes,
         scores=scores * ctx.bytes,
         scores_fused=stats,
