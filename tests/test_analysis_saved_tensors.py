@@ -161,3 +161,19 @@ def test_the_encoder_output_every_cross_attention_keeps_counts_once_per_stage() 
     # four stages: the two holding decoder layers keep a copy each (it is sent to both), one stage: one copy
     assert sum(s.saved_replicated for s in prof.stages(4)) - prof.stages(1)[0].saved_replicated == one
     assert sum(s.full_kept for s in prof.stages(4)) - prof.stages(1)[0].full_kept == one  # a checkpoint input
+
+
+def test_rope_tables_count_once_per_configuration_and_token_ids_once_per_lookup() -> None:
+    """specc's torch layers build a rotary configuration's cos and sin [1, 1, N, dims / 2] once per call for every
+    layer of it (ModernBERT: a global and a local theta, two pairs); each embedding lookup keeps its int64 ids
+    (the 2017 Transformer: the source's and the target's)."""
+    from specc.analysis.layouts.profile import profile
+
+    bert = specc.lower(specc.load_spec("modernbert-base", [*TINY, *CASES["modernbert-base"]]))
+    stage = profile(bert, N, None, "bf16", True).stages(1)[0]
+    assert stage.rope_tables == 2 * N * 16 * 2  # two configurations, head_dim 16, bf16
+    llama = specc.lower(specc.load_spec("llama3.1-8b", [*TINY, *CASES["llama3.1-8b"]]))
+    assert profile(llama, N, None, "fp32", True).stages(1)[0].rope_tables == N * 16 * 4  # one for all layers
+    t = specc.lower(specc.load_spec("transformer-base", TINY))
+    assert profile(t, N, N_DEC, "fp32", True).stages(1)[0].token_ids == (N + N_DEC) * 8
+    assert profile(t, N, N_DEC, "fp32", True).stages(1)[0].rope_tables == 0  # sinusoidal positions

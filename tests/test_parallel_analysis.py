@@ -100,7 +100,8 @@ def test_korthikanti_activations_per_table() -> None:
     tp = t): no parallelism sbh(34 + 5as/h); TP sbh(10 + 24/t + 5as/(ht)); TP+SP sbh(34/t + 5as/(ht));
     TP + selective recompute sbh(10 + 24/t); TP+SP + selective sbh·34/t; full recompute 2sbh (2sbh/t with SP).
     Outside the layers (their eq. 5 terms, pp = 1): the embedding-dropout mask sbh, the final LayerNorm and the
-    head inputs 2sbh each (÷t with SP), and the fp32 logits of the vocabulary-parallel loss 4sbv/t."""
+    head inputs 2sbh each (÷t with SP), and the fp32 logits of the vocabulary-parallel loss 4sbv/t; beyond the
+    paper's floating-point accounting, the sb int64 token ids the embedding's backward keeps, whole on each rank."""
     g = _graph("gpt3-175b", "dropout=0.1", "blocks=4")
     L, s, b, h, a, t, v = 4, 2048, 2, 12288, 96, 8, 50257
     sbh = s * b * h
@@ -113,23 +114,23 @@ def test_korthikanti_activations_per_table() -> None:
         (True, "full"): 2 * sbh // t,
     }
     for (sp, recompute), layer in rows.items():
-        outside = (sbh + 4 * sbh) // (t if sp else 1) + 4 * s * b * v // t
+        outside = (sbh + 4 * sbh) // (t if sp else 1) + 4 * s * b * v // t + 8 * s * b
         tr = Training(sequence_parallel=sp, recompute=recompute, micro_batch=b, global_batch=b)
         m = analyze_layout(g, Layout(tp=t), training=tr, is_training=True, seq=s).memory
         assert m["activations"] == L * layer + outside, (sp, recompute)
     one = analyze_layout(g, Layout(), training=Training(micro_batch=b, global_batch=b), is_training=True, seq=s)
-    assert one.memory["activations"] == L * sbh * (34 + 5 * a * s // h) + 5 * sbh + 4 * s * b * v
+    assert one.memory["activations"] == L * sbh * (34 + 5 * a * s // h) + 5 * sbh + 4 * s * b * v + 8 * s * b
 
 
 def test_first_pipeline_stage_holds_p_microbatches() -> None:
     """Korthikanti eq. 5 (1F1B, no interleaving): the first stage keeps p micro-batches of its L/p layers,
-    i.e. L layers' worth, plus p embedding-dropout masks sbh/t."""
+    i.e. L layers' worth, plus p embedding-dropout masks sbh/t (and p micro-batches' int64 token ids, 8sb each)."""
     g = _graph("gpt3-175b", "dropout=0.1", "blocks=8")
     L, s, b, h, t, p = 8, 2048, 1, 12288, 8, 4
     sbh = s * b * h
     tr = Training(sequence_parallel=True, recompute="selective", micro_batch=b, global_batch=16)
     c = analyze_layout(g, Layout(tp=t, pp=p), training=tr, is_training=True, seq=s)
-    assert c.stages[0]["activations"] == L * sbh * 34 // t + p * sbh // t
+    assert c.stages[0]["activations"] == L * sbh * 34 // t + p * sbh // t + p * 8 * s * b
     assert c.bubble == (p - 1) / (16 + p - 1)
 
 

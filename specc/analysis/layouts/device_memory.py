@@ -57,6 +57,7 @@ def activations_per_microbatch(
     rep_div = (tp if t.sequence_parallel else 1) * cp
     cpu = t.kernels == "torch-cpu"
     outside = _div(st.outside_sharded * b, tp * cp) + _div(st.outside_replicated * b, rep_div)
+    outside += _div(st.token_ids * b, cp)  # every tp rank looks up all ids (and keeps them), sequence parallel too
     if t.kernels != "fused":  # what torch's eager ops keep beyond fused kernels outside the blocks (the final norm)
         outside += _div((st.torch_outside + (st.torch_cpu_outside if cpu else 0)) * b, rep_div)
     if t.recompute in ("full", "op") and not t.loss_parallel:  # logits gathered on each tp rank: all kept
@@ -69,6 +70,7 @@ def activations_per_microbatch(
         return kept + outside
     sharded = st.selective_sharded if t.recompute == "selective" else st.saved_sharded
     replicated = st.saved_replicated
+    ids = _div(st.token_ids * b, cp)
     if t.recompute == "none" and attention == "flash":
         sharded -= st.flash_saving
     if t.kernels != "fused":  # what torch's eager ops keep beyond fused kernels (a checkpointed core: its input)
@@ -78,7 +80,8 @@ def activations_per_microbatch(
         sharded += st.cpu_math_flash if attention == "flash" else st.cpu_math_math
     gathered = _div(st.logits * b, cp) - _div(st.logits * b, tp * cp) if not t.loss_parallel else 0
     shared = _div(st.shared_bias, tp * cp) if t.kernels != "fused" and t.recompute == "none" else 0  # not × b
-    return _div(sharded * b, tp * cp) + _div(replicated * b, rep_div) + gathered + shared
+    shared += _div(st.rope_tables, cp) if t.recompute == "none" else 0  # built inside a checkpointed block: rebuilt
+    return _div(sharded * b, tp * cp) + _div(replicated * b, rep_div) + gathered + shared + ids
 
 
 def recompute_transient(prof: GraphProfile, stage: int, lay: Layout, t: Training, attention: str = "math") -> int:

@@ -80,6 +80,10 @@ class OpProfile:
     # a tensor from outside the block that ops of several blocks keep (the encoder's output every decoder
     # layer's cross-attention K/V projection reads): (its name, bytes), kept once per stage, not in saved_*
     shared_input: tuple[str, int] = ("", 0)
+    # a rotary core: (its tables' configuration, bytes of the cos and sin tables [1, 1, N, dims / 2] in the compute
+    # dtype): built once per call and shared by every layer of that configuration, kept once per stage
+    rope_tables: tuple[str, int] = ("", 0)
+    token_ids: int = 0  # an embedding's int64 ids its backward keeps: whole on each tp rank, sequence parallel too
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,6 +125,8 @@ class Stage:
     cpu_math_math: int = 0
     cpu_math_op: int = 0
     shared_bias: int = 0  # kernels torch / torch-cpu: ALiBi's one bias per call (the largest; split by tp)
+    rope_tables: int = 0  # the cos / sin tables of each rotary configuration, once per call (not split by tp)
+    token_ids: int = 0  # the embeddings' int64 ids (outside the blocks, never split by tp)
 
 
 def _stage(ops: Counter[OpProfile], key: int) -> Stage:
@@ -163,6 +169,8 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         sum(c * (p.cpu_math_kept - p.saved_sharded - p.torch_extra) for p, c in items if p.cpu_math_kept),
         sum(c * p.op_math for p, c in items if p.cpu_math_kept and p.in_block),
         max((p.shared_bias for p, _ in items), default=0),
+        sum(dict(p.rope_tables for p, _ in items if p.rope_tables[1]).values()),
+        total("token_ids"),
     )
 
 
@@ -223,6 +231,8 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
         shape = dims(op.shape, env)
         width = numel(shape) * elem_bytes
         saved_s, saved_r, sel_s = 0, c.mem.saved, 0
+        token_ids = c.mem.saved if op.kind == "embedding" else 0  # what a lookup keeps is its ids
+        saved_r -= token_ids
         sharded = role in ("column", "row", "vocab") and op.kind == "linear"
         core = op.kind in ATTENTION_KINDS  # a fused SDPA call (MLA: after kv_b's expansion, split by heads)
         if core:
@@ -312,6 +322,8 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     cpu_math_inference=core and cpu_sdpa_unfused(op.attrs, training=False),
                     dropout=op.kind == "dropout",
                     shared_bias=_shared_bias(op, ins, elem_bytes) if core else 0,
+                    rope_tables=_rope_tables(op, ins, elem_bytes) if core else ("", 0),
+                    token_ids=token_ids,
                     shared_input=shared_input,
                 ),
             )
@@ -354,6 +366,15 @@ def _shared_bias(op: Any, ins: list[Any], elem_bytes: int) -> int:
     if op.kind != "attention" or a.cross or a.alibi_max_bias is None:
         return 0
     return int(a.heads) * ins[0][1] * ins[0][1] * elem_bytes
+
+
+def _rope_tables(op: Any, ins: list[Any], elem_bytes: int) -> tuple[str, int]:
+    """A rotary core's cos and sin tables, [1, 1, N, dims / 2] each in the compute dtype: specc's torch layers build
+    them once per call for all layers of one configuration (dims, theta, scaling) and the rotations keep them."""
+    a = op.attrs
+    if not a.rope_dims or getattr(a, "cross", False):
+        return "", 0
+    return repr((a.rope_dims, a.rope_theta, a.rope_scaling, a.rope_interleaved)), ins[0][1] * a.rope_dims * elem_bytes
 
 
 def _kv_width(a: Any) -> int:

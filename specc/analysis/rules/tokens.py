@@ -24,7 +24,8 @@ def embedding_flops(a: EmbeddingAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> 
 
 def embedding_memory(a: EmbeddingAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     rows = min(a.vocab, numel(ins[0]))
-    return Mem(io=io_bytes(ins, out, ctx, int_inputs=1), weights_read=rows * a.dim)
+    ids = numel(ins[0]) * ID_BYTES  # the table's gradient is scattered by the ids: its backward keeps them
+    return Mem(saved=ids, io=io_bytes(ins, out, ctx, int_inputs=1), weights_read=rows * a.dim)
 
 
 def type_embedding_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
