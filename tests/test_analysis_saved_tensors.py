@@ -163,15 +163,17 @@ def test_the_encoder_output_every_cross_attention_keeps_counts_once_per_stage() 
     assert sum(s.full_kept for s in prof.stages(4)) - prof.stages(1)[0].full_kept == one  # a checkpoint input
 
 
-def test_rope_tables_count_once_per_configuration_and_token_ids_once_per_lookup() -> None:
+def test_rope_tables_once_per_configuration_window_masks_per_layer_token_ids_per_lookup() -> None:
     """specc's torch layers build a rotary configuration's cos and sin [1, 1, N, dims / 2] once per call for every
-    layer of it (ModernBERT: a global and a local theta, two pairs); each embedding lookup keeps its int64 ids
-    (the 2017 Transformer: the source's and the target's)."""
+    layer of it (ModernBERT: a global and a local theta, two pairs); a windowed core's boolean mask is kept by SDPA
+    as an additive one in the dtype, per layer; each embedding lookup keeps its int64 ids (the 2017 Transformer:
+    the source's and the target's)."""
     from specc.analysis.layouts.profile import profile
 
     bert = specc.lower(specc.load_spec("modernbert-base", [*TINY, *CASES["modernbert-base"]]))
     stage = profile(bert, N, None, "bf16", True).stages(1)[0]
     assert stage.rope_tables == 2 * N * 16 * 2  # two configurations, head_dim 16, bf16
+    assert stage.sdpa_masks == N * N * 2  # the one local layer's window, as SDPA's additive bf16 mask
     llama = specc.lower(specc.load_spec("llama3.1-8b", [*TINY, *CASES["llama3.1-8b"]]))
     assert profile(llama, N, None, "fp32", True).stages(1)[0].rope_tables == N * 16 * 4  # one for all layers
     t = specc.lower(specc.load_spec("transformer-base", TINY))
