@@ -167,7 +167,7 @@ def test_rope_tables_once_per_configuration_window_masks_per_layer_token_ids_per
     """specc's torch layers build a rotary configuration's cos and sin [1, 1, N, dims / 2] once per call for every
     layer of it (ModernBERT: a global and a local theta, two pairs); a windowed core's boolean mask is kept by SDPA
     as an additive one in the dtype, per layer; each embedding lookup keeps its int64 ids (the 2017 Transformer:
-    the source's and the target's)."""
+    the source's and the target's), T5's relative bias its buckets once per stack and call."""
     from specc.analysis.layouts.profile import profile
 
     bert = specc.lower(specc.load_spec("modernbert-base", [*TINY, *CASES["modernbert-base"]]))
@@ -179,3 +179,11 @@ def test_rope_tables_once_per_configuration_window_masks_per_layer_token_ids_per
     t = specc.lower(specc.load_spec("transformer-base", TINY))
     assert profile(t, N, N_DEC, "fp32", True).stages(1)[0].token_ids == (N + N_DEC) * 8
     assert profile(t, N, N_DEC, "fp32", True).stages(1)[0].rope_tables == 0  # sinusoidal positions
+    t5 = specc.lower(specc.load_spec("t5-base", [*TINY, *CASES["t5-base"]]))
+    stage = profile(t5, N, N_DEC, "fp32", True).stages(1)[0]
+    assert stage.call_ids == (N * N + N_DEC * N_DEC) * 8  # each stack's bucket per query–key pair, not × batch
+    from specc.analysis.costs import Ctx
+    from specc.analysis.op_costs import evaluate
+
+    scales = [c for c in evaluate(t5, {"B": 1, "N": N, "N_dec": N_DEC}, Ctx(bytes=4)) if c.op.kind == "scale"]
+    assert scales and all(c.mem.saved == 0 for c in scales)  # the head's x · d^-½: its backward needs no tensor

@@ -85,6 +85,7 @@ class OpProfile:
     rope_tables: tuple[str, int] = ("", 0)
     token_ids: int = 0  # an embedding's int64 ids its backward keeps: whole on each tp rank, sequence parallel too
     sdpa_mask: int = 0  # kernels torch / torch-cpu: the [1, 1, N, N] mask SDPA converts to the dtype and keeps
+    call_ids: int = 0  # ids one call computes for all its rows (T5's bucket of each query–key pair): not × batch
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,6 +130,7 @@ class Stage:
     rope_tables: int = 0  # the cos / sin tables of each rotary configuration, once per call (not split by tp)
     token_ids: int = 0  # the embeddings' int64 ids (outside the blocks, never split by tp)
     sdpa_masks: int = 0  # kernels torch / torch-cpu: each windowed core's mask in the dtype (one per layer and call)
+    call_ids: int = 0  # T5's relative-position buckets, once per stack and call (outside the blocks)
 
 
 def _stage(ops: Counter[OpProfile], key: int) -> Stage:
@@ -174,6 +176,7 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         sum(dict(p.rope_tables for p, _ in items if p.rope_tables[1]).values()),
         total("token_ids"),
         total("sdpa_mask"),
+        total("call_ids"),
     )
 
 
@@ -235,7 +238,8 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
         width = numel(shape) * elem_bytes
         saved_s, saved_r, sel_s = 0, c.mem.saved, 0
         token_ids = c.mem.saved if op.kind == "embedding" else 0  # what a lookup keeps is its ids
-        saved_r -= token_ids
+        call_ids = c.mem.saved if op.kind == "relative_bias" else 0  # [N_q, N_k] buckets: the same for every row
+        saved_r -= token_ids + call_ids
         sharded = role in ("column", "row", "vocab") and op.kind == "linear"
         core = op.kind in ATTENTION_KINDS  # a fused SDPA call (MLA: after kv_b's expansion, split by heads)
         if core:
@@ -328,6 +332,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     rope_tables=_rope_tables(op, ins, elem_bytes) if core else ("", 0),
                     token_ids=token_ids,
                     sdpa_mask=_sdpa_mask(op, ins, elem_bytes) if core else 0,
+                    call_ids=call_ids,
                     shared_input=shared_input,
                 ),
             )

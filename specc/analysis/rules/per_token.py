@@ -96,6 +96,11 @@ def scale_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     return [Flop(other=C.SCALE * numel(out))]
 
 
+def scale_memory(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
+    """x · a constant: its backward is the gradient times the constant, so nothing is kept."""
+    return Mem(io=io_bytes(ins, out, ctx))
+
+
 def softcap_flops(a: Attrs, ins: list[Dims], out: Dims, ctx: Ctx) -> list[Flop]:
     return [Flop(other=C.SOFTCAP * numel(out))]
 
@@ -138,7 +143,7 @@ RULES = {
     "layernorm": (layernorm_flops, norm_memory),
     "rmsnorm": (rmsnorm_flops, norm_memory),
     "slice_rmsnorm": (slice_rmsnorm_flops, slice_norm_memory),
-    "scale": (scale_flops, elementwise_memory),
+    "scale": (scale_flops, scale_memory),
     "softcap": (softcap_flops, elementwise_memory),
     "sigmoid_gate": (sigmoid_gate_flops, elementwise_memory),
     "activation": (activation_flops, elementwise_memory),

@@ -103,7 +103,8 @@ def relative_bias_flops(a: RelativeBiasAttrs, ins: list[Dims], out: Dims, ctx: C
 
 def relative_bias_memory(a: RelativeBiasAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     nk = ctx.kv_len if ctx.kv_len is not None else ins[0][1]
-    return Mem(io=a.heads * ins[0][1] * nk * ctx.bytes, weights_read=a.buckets * a.heads)
+    ids = ins[0][1] * nk * ID_BYTES  # the bucket of each query–key pair: the table's backward scatters by them
+    return Mem(saved=ids, io=a.heads * ins[0][1] * nk * ctx.bytes, weights_read=a.buckets * a.heads)
 
 
 def probe_memory(a: ProbeAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
