@@ -173,7 +173,7 @@ def test_rope_tables_once_per_configuration_window_masks_per_layer_token_ids_per
     bert = specc.lower(specc.load_spec("modernbert-base", [*TINY, *CASES["modernbert-base"]]))
     stage = profile(bert, N, None, "bf16", True).stages(1)[0]
     assert stage.rope_tables == 2 * N * 16 * 2  # two configurations, head_dim 16, bf16
-    assert stage.sdpa_masks == N * N * 2  # the one local layer's window, as SDPA's additive bf16 mask
+    assert stage.masks == N * N * 2  # the one local layer's window, as SDPA's additive bf16 mask
     llama = specc.lower(specc.load_spec("llama3.1-8b", [*TINY, *CASES["llama3.1-8b"]]))
     assert profile(llama, N, None, "fp32", True).stages(1)[0].rope_tables == N * 16 * 4  # one for all layers
     t = specc.lower(specc.load_spec("transformer-base", TINY))

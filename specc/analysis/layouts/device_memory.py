@@ -81,7 +81,7 @@ def activations_per_microbatch(
     gathered = _div(st.logits * b, cp) - _div(st.logits * b, tp * cp) if not t.loss_parallel else 0
     shared = _div(st.shared_bias, tp * cp) if t.kernels != "fused" and t.recompute == "none" else 0  # not × b
     shared += _div(st.rope_tables, cp) if t.recompute == "none" else 0  # built inside a checkpointed block: rebuilt
-    shared += _div(st.sdpa_masks, cp) if t.kernels != "fused" and t.recompute == "none" else 0
+    shared += _div(st.masks, cp) if t.kernels != "fused" and t.recompute == "none" else 0
     return _div(sharded * b, tp * cp) + _div(replicated * b, rep_div) + gathered + shared + ids
 
 

@@ -84,7 +84,7 @@ class OpProfile:
     # dtype): built once per call and shared by every layer of that configuration, kept once per stage
     rope_tables: tuple[str, int] = ("", 0)
     token_ids: int = 0  # an embedding's int64 ids its backward keeps: whole on each tp rank, sequence parallel too
-    sdpa_mask: int = 0  # kernels torch / torch-cpu: the [1, 1, N, N] mask SDPA converts to the dtype and keeps
+    mask_kept: int = 0  # kernels torch / torch-cpu: the [1, 1, N, N] mask a core keeps (SDPA's in the dtype, bool)
     call_ids: int = 0  # ids one call computes for all its rows (T5's bucket of each query–key pair): not × batch
 
 
@@ -129,7 +129,7 @@ class Stage:
     shared_bias: int = 0  # kernels torch / torch-cpu: ALiBi's one bias per call (the largest; split by tp)
     rope_tables: int = 0  # the cos / sin tables of each rotary configuration, once per call (not split by tp)
     token_ids: int = 0  # the embeddings' int64 ids (outside the blocks, never split by tp)
-    sdpa_masks: int = 0  # kernels torch / torch-cpu: each windowed core's mask in the dtype (one per layer and call)
+    masks: int = 0  # kernels torch / torch-cpu: the masks the cores keep (one per layer and call, not × batch)
     call_ids: int = 0  # T5's relative-position buckets, once per stack and call (outside the blocks)
 
 
@@ -175,7 +175,7 @@ def _stage(ops: Counter[OpProfile], key: int) -> Stage:
         max((p.shared_bias for p, _ in items), default=0),
         sum(dict(p.rope_tables for p, _ in items if p.rope_tables[1]).values()),
         total("token_ids"),
-        total("sdpa_mask"),
+        total("mask_kept"),
         total("call_ids"),
     )
 
@@ -331,7 +331,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
                     shared_bias=_shared_bias(op, ins, elem_bytes) if core else 0,
                     rope_tables=_rope_tables(op, ins, elem_bytes) if core else ("", 0),
                     token_ids=token_ids,
-                    sdpa_mask=_sdpa_mask(op, ins, elem_bytes) if core else 0,
+                    mask_kept=_mask_kept(op, ins, elem_bytes) if core else 0,
                     call_ids=call_ids,
                     shared_input=shared_input,
                 ),
@@ -377,17 +377,18 @@ def _shared_bias(op: Any, ins: list[Any], elem_bytes: int) -> int:
     return int(a.heads) * ins[0][1] * ins[0][1] * elem_bytes
 
 
-def _sdpa_mask(op: Any, ins: list[Any], elem_bytes: int) -> int:
-    """A windowed self-attention core (sliding, local, chunked, prefix) hands SDPA a boolean [1, 1, N, N] mask, which
-    SDPA converts to an additive one in the compute dtype and keeps for its backward: one per layer and call. A
-    causal core needs none (SDPA's causal flag); soft-capped or sink cores take the explicit softmax; ALiBi folds
-    the mask into its bias (``_shared_bias``)."""
+def _mask_kept(op: Any, ins: list[Any], elem_bytes: int) -> int:
+    """The [1, 1, N, N] mask a self-attention core of specc's torch layers keeps for its backward, one per layer and
+    call: a windowed core (sliding, local, chunked, prefix) hands SDPA a boolean mask, which SDPA keeps as an
+    additive one in the dtype; the explicit softmax (soft-capped scores, sinks) keeps its boolean mask, causal too.
+    A causal SDPA core needs none (its causal flag); ALiBi folds the mask into its bias (``_shared_bias``)."""
     a = op.attrs
-    if op.kind != "attention" or a.cross or a.mask not in ("sliding_window", "local", "chunked", "prefix"):
+    if op.kind != "attention" or a.cross or a.mask in ("none", "padding") or a.alibi_max_bias is not None:
         return 0
-    if a.softcap or a.sinks or a.alibi_max_bias is not None:
-        return 0
-    return ins[0][1] * ins[0][1] * elem_bytes
+    n = ins[0][1] * ins[0][1]
+    if a.softcap or a.sinks:
+        return n  # torch.bool
+    return n * elem_bytes if a.mask != "causal" else 0
 
 
 def _rope_tables(op: Any, ins: list[Any], elem_bytes: int) -> tuple[str, int]:

@@ -142,7 +142,7 @@ def _explicit_softmax_kept(a: AttentionAttrs, b: int, nq: int, nk: int, elem: in
     self-attention fed by a packed q|k|v: q (a view of the buffer unless rotated or scaled), K and V (repeated to
     the query heads under GQA; else the rotated k, V a view of the buffer), the tanh of soft-capped scores, the
     fp32 softmax output (with the sinks' column) and, below fp32, its cast; dropout's mask and output as ``saved``.
-    Masks (one bool [N_q, N_k] per layer) are left out."""
+    The boolean [N_q, N_k] mask, one per layer and call whatever the batch, is the layout profile's (``mask_kept``)."""
     h, kv, hd, scores = a.heads, a.kv_heads, a.head_dim, b * a.heads * nq * nk
     new_q, gqa = bool(a.rope_dims) or a.temperature_floor is not None, kv != h
     tensors = b * nq * h * hd if new_q else 0
