@@ -8,7 +8,7 @@ For each case it measures the bytes autograd keeps for backward (``saved_tensors
 loss in fp32) and prints them beside the analyzer's prediction under ``kernels: torch-cpu`` (what these layers
 keep on the CPU) and under ``fused`` (Megatron-Core's fused kernels), with the error of each. The cases, the
 tiny sizes and the measurement are tests/test_analysis_saved_tensors.py's own, so the table and the test (which
-holds torch-cpu within 1%) cannot drift apart. ``--device cuda`` measures the same step on a GPU and compares it
+holds torch-cpu within 0.5%) cannot drift apart. ``--device cuda`` measures the same step on a GPU and compares it
 with ``kernels: torch``, whose fused-kernel statistics (LayerNorm's fp32 mean and rstd, rms_norm's rstd, SDPA's
 log-sum-exp) come from torch's CUDA kernels and are measured nowhere else.
 """
