@@ -47,7 +47,8 @@ def _expert_params(a: MoEAttrs) -> int:
 def moe_memory(a: MoEAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     t, e, k, d, h = tokens(ins[0]), a.experts, a.active, a.dim, a.hidden
     routed = t * k
-    saved = routed * d + routed * h * _mats(a) + t * e  # dispatched inputs, hidden activations, router probs
+    saved = routed * d + routed * h * _mats(a)  # dispatched inputs, hidden activations
+    probs = t * e * C.STAT_BYTES  # the router's probabilities: its softmax (or sigmoid) runs in fp32
     hidden_trip = 2 * routed * h * (_mats(a) - 1)  # expert hidden states written and read back
     touched = min(e, routed)  # experts that receive at least one token (all of them for big batches)
     # the torch layer's dispatch also keeps act(gate) (SwiGLU), the experts' outputs and their weighted copy, the
@@ -58,7 +59,7 @@ def moe_memory(a: MoEAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
     torch_extra = (act + 2 * routed * d) * ctx.bytes + (2 * routed + t * k) * 8 + (t * k + routed + t) * C.STAT_BYTES
     return Mem(
         saved_torch=torch_extra,
-        saved=saved * ctx.bytes,
+        saved=saved * ctx.bytes + probs,
         io=io_bytes(ins, out, ctx) + hidden_trip * ctx.bytes,
         weights_read=touched * _expert_params(a),
     )
