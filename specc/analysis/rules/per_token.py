@@ -46,13 +46,13 @@ def slice_rmsnorm_flops(a: SliceRMSNormAttrs, ins: list[Dims], out: Dims, ctx: C
 
 
 def slice_norm_memory(a: SliceRMSNormAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
-    """The normalised slice is kept for the backward pass; the whole packed tensor is read and rewritten. The
-    torch layer's x² and x·rstd also keep their x: a view of the whole packed input in fp32, an fp32 copy of the
-    slice otherwise; and rstd, one per row and group."""
+    """The normalised slice is kept for the backward pass of its weight (a weightless L2 norm, Llama 4's, keeps
+    none); the whole packed tensor is read and rewritten. The torch layer's x² and x·rstd also keep their x: a view
+    of the whole packed input in fp32, an fp32 copy of the slice otherwise; and rstd, one per row and group."""
     x = numel(ins[0]) * ctx.bytes if ctx.bytes == C.STAT_BYTES else tokens(out) * a.width * C.STAT_BYTES
     rstd = tokens(out) * (a.width // a.dim) * C.STAT_BYTES
-    return Mem(saved=tokens(out) * a.width * ctx.bytes, io=io_bytes(ins, out, ctx), weights_read=a.dim * a.affine,
-               saved_torch=x + rstd)  # fmt: skip
+    normalised = tokens(out) * a.width * ctx.bytes if a.affine else 0
+    return Mem(saved=normalised, io=io_bytes(ins, out, ctx), weights_read=a.dim * a.affine, saved_torch=x + rstd)
 
 
 def norm_memory(a: LayerNormAttrs | RMSNormAttrs, ins: list[Dims], out: Dims, ctx: Ctx) -> Mem:
