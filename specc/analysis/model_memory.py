@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..ir.graph import LayerGraph, dims
 from ..ir.ops import ATTENTION_KINDS
 from .costs import numel
-from .op_costs import KEEP_THEIR_INPUT, OpCost
+from .op_costs import OpCost, kept_by_several_blocks
 
 ADAM_STATES = {2: 12, 4: 8}  # bytes/param: fp32 master + m + v in mixed precision; m + v in fp32
 
@@ -80,13 +80,9 @@ def _training_activations(
         if c.op.layer is not None and c.op.kind in ATTENTION_KINDS and not c.op.attrs.cross:
             b, s = dims(g.shape_of(c.op.inputs[0]), env)[:2]
             inputs += b * s * _model_width(g, c.op.name) * elem_bytes
-    return outside + inputs + _shared_block_inputs(g, costs, env, elem_bytes)
+    return outside + inputs + _shared_block_inputs(g, env, elem_bytes)
 
 
-def _shared_block_inputs(g: LayerGraph, costs: list[OpCost], env: dict[str, int], elem_bytes: int) -> int:
+def _shared_block_inputs(g: LayerGraph, env: dict[str, int], elem_bytes: int) -> int:
     """Bytes of the tensors ops of more than one block keep as their input: each a checkpoint input, kept once."""
-    readers: dict[str, set[tuple[str | None, int]]] = {}
-    for c in costs:
-        if c.op.kind in KEEP_THEIR_INPUT and c.op.layer is not None:
-            readers.setdefault(c.op.inputs[0], set()).add((c.op.stack, c.op.layer))
-    return sum(numel(dims(g.shape_of(t), env)) * elem_bytes for t, blocks in readers.items() if len(blocks) > 1)
+    return sum(numel(dims(g.shape_of(t), env)) * elem_bytes for t in kept_by_several_blocks(g))

@@ -55,6 +55,16 @@ KEEP_THEIR_INPUT = ("linear", "layernorm")
 KEEP_THEIR_OUTPUT = ("relu", "sigmoid", "tanh")
 
 
+def kept_by_several_blocks(g: LayerGraph) -> set[str]:
+    """Tensors that ops of more than one block keep as their input (the encoder output every decoder layer's
+    cross-attention K/V reads): one storage, a checkpoint input of each of those blocks, kept once."""
+    readers: dict[str, set[tuple[str | None, int]]] = {}
+    for op in g.ops():
+        if op.kind in KEEP_THEIR_INPUT and op.layer is not None:
+            readers.setdefault(op.inputs[0], set()).add((op.stack, op.layer))
+    return {t for t, blocks in readers.items() if len(blocks) > 1}
+
+
 def evaluate(g: LayerGraph, env: dict[str, int], ctx: Ctx, only: set[str] | None = None) -> list[OpCost]:
     """Costs of every op (or of the ops named in ``only``) with symbols bound by ``env``."""
     out: list[OpCost] = []

@@ -56,8 +56,8 @@ def activations_per_microbatch(
     tp, cp, b = lay.tp, lay.cp, t.micro_batch
     rep_div = (tp if t.sequence_parallel else 1) * cp
     cpu = t.kernels == "torch-cpu"
-    outside = _div(st.outside_sharded * b, tp * cp) + _div(st.outside_replicated * b, rep_div)
-    outside += _div(st.token_ids * b, cp) + _div(st.call_ids, cp)  # every tp rank looks up all ids (and keeps them)
+    ids = _div(st.token_ids * b, cp) + _div(st.call_ids, cp)  # every tp rank looks up all ids (and keeps them)
+    outside = _div(st.outside_sharded * b, tp * cp) + _div(st.outside_replicated * b, rep_div) + ids
     if t.kernels != "fused":  # what torch's eager ops keep beyond fused kernels outside the blocks (the final norm)
         outside += _div((st.torch_outside + (st.torch_cpu_outside if cpu else 0)) * b, rep_div)
     if t.recompute in ("full", "op") and not t.loss_parallel:  # logits gathered on each tp rank: all kept
@@ -70,7 +70,6 @@ def activations_per_microbatch(
         return kept + outside
     sharded = st.selective_sharded if t.recompute == "selective" else st.saved_sharded
     replicated = st.saved_replicated
-    ids = _div(st.token_ids * b, cp) + _div(st.call_ids, cp)
     if t.recompute == "none" and attention == "flash":
         sharded -= st.flash_saving
     if t.kernels != "fused":  # what torch's eager ops keep beyond fused kernels (a checkpointed core: its input)

@@ -29,7 +29,7 @@ from ...ir.graph import LayerGraph, dims
 from ...ir.ops import ATTENTION_KINDS, LatentAttentionAttrs
 from ...spec.schema import DTYPE_BYTES
 from ..costs import Ctx, numel
-from ..op_costs import KEEP_THEIR_INPUT, decode_ops, evaluate
+from ..op_costs import KEEP_THEIR_INPUT, decode_ops, evaluate, kept_by_several_blocks
 from ..rules.attention_core import cpu_sdpa_unfused
 from .shard import tp_roles
 from .stages import anchors, block_count, stage_of
@@ -224,10 +224,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
     where, roles = anchors(g), tp_roles(g)
     outputs = set(g.outputs.values())
     f_inputs: set[str] = set()
-    keepers: dict[str, set[int]] = {}  # tensor → the blocks whose ops keep it as their input
-    for op in g.ops():
-        if op.kind in KEEP_THEIR_INPUT and op.layer is not None:
-            keepers.setdefault(op.inputs[0], set()).add(where[op.name])
+    several = kept_by_several_blocks(g)
     mm_count: Counter[object] = Counter()  # per block (checkpoint region): aten.mm calls so far
     out = []
     for c in costs:
@@ -254,7 +251,7 @@ def profile(g: LayerGraph, seq: int, dec_seq: int | None, dtype: str, training: 
         elif role == "row":
             saved_s, saved_r = c.mem.saved, 0
         shared_input = ("", 0)
-        if op.kind in KEEP_THEIR_INPUT and len(keepers.get(op.inputs[0], ())) > 1 and not saved_s:
+        if op.kind in KEEP_THEIR_INPUT and op.inputs[0] in several and not saved_s:
             shared_input, saved_r = (op.inputs[0], numel(ins[0]) * elem_bytes), 0  # once per stage (_stage)
         if not core:
             sel_s = saved_s

@@ -75,7 +75,6 @@ def model_facts(graph: LayerGraph) -> Facts:
         facts['local in getattr(module, "zeros", ())'] = [False]
     if not any(getattr(op.attrs, "unit_offset", False) for op in ops):  # (1 + w) norms: Gemma's weight starts at 0
         facts['getattr(module, "unit_offset", False)'] = [False]
-        facts['not getattr(module, "unit_offset", False)'] = [True]
     if "sinusoid_table" not in kinds:  # Whisper's computed position table
         facts['hasattr(module, "sinusoids")'] = [False]
         facts['rule == "sinusoids"'] = [False]
