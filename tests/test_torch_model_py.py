@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -606,3 +607,57 @@ def noted(memo, k, x):
     exec(out, namespace)
     memo: dict = {}
     assert namespace["fill"](memo, 0, -3) == 3 and memo == {0: 3, 1: 3}
+
+
+def test_the_pruner_takes_apart_edits_in_one_round_and_never_empties_a_block() -> None:
+    """Removals found in one parse go in together where their lines lie apart; two that would leave a block
+    empty go one at a time (the second leaves ``pass``); parameters no call passes go in one signature edit."""
+    from specc.backends.torch.codegen import specialise as sp
+
+    source = """
+class Box:
+    def used(self, a, b=1, c=2, *, d=3):
+        return a
+
+    def unused_one(self):
+        return 1
+
+    def unused_two(self):
+        return 2
+
+
+class Pair:
+    def only_a(self):
+        return 1
+
+    def only_b(self):
+        return 2
+
+
+def helper():
+    return Box().used(0)
+"""
+    rounds: list[int] = []
+    real = sp.merged
+
+    def counting(source: str, edits: list[str]) -> str:
+        rounds.append(len(edits))
+        return real(source, edits)
+
+    sp.merged = counting
+    try:
+        out = specialise(source, {}, keep={"helper", "Pair"})
+    finally:
+        sp.merged = real
+    assert "def used(self, a):" in out, out  # b, c and d in one edit
+    assert "unused_one" not in out and "unused_two" not in out and "only_a" not in out and "only_b" not in out
+    assert re.search(r"class Pair:\s+pass\n", out), out  # blank lines: ruff's to drop
+    assert max(rounds) >= 3, rounds  # both of Box's and one of Pair's members in one round
+    namespace: dict = {}
+    exec(out, namespace)
+    assert namespace["helper"]() == 0
+    # two removals that empty one block: the first alone
+    two = "class P:\n    def a(self):\n        return 1\n\n    def b(self):\n        return 2\n"
+    tree = sp._Pruner(two, set())
+    edits = list(tree._classes())
+    assert len(edits) == 2 and sp.merged(two, edits) == edits[0]

@@ -49,7 +49,7 @@ class _Inliner(SourceText):
             if base.name in self.keep or len(subs) != 1 or len(subs[0].bases) != 1 or subs[0].keywords:
                 continue
             sub = subs[0]
-            refs = [n for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id == base.name]
+            refs = [n for n in self.walk(self.tree) if isinstance(n, ast.Name) and n.id == base.name]
             refs = [n for n in refs if n is not sub.bases[0]]
             if any(self._constructs(n) for n in refs):
                 continue  # the base is built or tested for itself
@@ -165,12 +165,13 @@ class _Inliner(SourceText):
 
     def _only_call(self, fn: ast.FunctionDef, owner: ast.ClassDef | None) -> ast.Call | None:
         """The one call of ``fn`` (``self.f(..)`` inside its class for a method), where nothing else names it."""
-        named = [n for n in ast.walk(self.tree) if isinstance(n, ast.Constant) and n.value == fn.name]
+        nodes = self.walk(self.tree)  # listed once per parse
+        named = [n for n in nodes if isinstance(n, ast.Constant) and n.value == fn.name]
         defs = [f for f, _ in self._functions() if f.name == fn.name]
         if owner is None:
-            refs = [n for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id == fn.name]
+            refs = [n for n in nodes if isinstance(n, ast.Name) and n.id == fn.name]
         else:
-            refs = [n for n in ast.walk(self.tree) if isinstance(n, ast.Attribute) and n.attr == fn.name]
+            refs = [n for n in nodes if isinstance(n, ast.Attribute) and n.attr == fn.name]
         if named or len(defs) != 1 or len(refs) != 1 or not isinstance(call := self.parents.get(refs[0]), ast.Call):
             return None
         if call.func is not refs[0] or any(isinstance(x, ast.Starred) for x in call.args):

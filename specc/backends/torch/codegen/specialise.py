@@ -67,12 +67,41 @@ def specialise(source: str, facts: Facts, keep: set[str] = frozenset()) -> str: 
 
 
 def fixpoint(source: str, editor: Any) -> str:
-    for _ in range(2000):  # one edit per round: positions are read anew after each
-        edit = editor(source).first()
-        if edit is None:
+    """Edits until none applies. An editor with ``batch()`` offers every edit of one kind it finds (removals of
+    what nothing uses, each valid alone): those whose lines lie apart go in one round, so a parse serves many."""
+    for _ in range(2000):  # positions are read anew after each round
+        ed = editor(source)
+        edits = ed.batch() if hasattr(ed, "batch") else [e for e in [ed.first()] if e is not None]
+        if not edits:
             return source
-        source = edit
+        source = merged(source, edits)
     raise AssertionError("specialise: no fixpoint")
+
+
+def merged(source: str, edits: list[str]) -> str:
+    """``source`` with the first edit and every later one whose changed lines keep a line clear of those taken
+    (each edit is a whole new source: its change is the lines between the unchanged head and tail); the first
+    alone where together they would not parse (two removals that empty one block)."""
+    old = source.split("\n")
+    taken: list[tuple[int, int, list[str]]] = []
+    for edit in edits:
+        new = edit.split("\n")
+        head = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+        room = min(len(old), len(new)) - head
+        tail = next((i for i in range(room) if old[-1 - i] != new[-1 - i]), room)
+        a, b = head, len(old) - tail
+        if all(b + 1 <= x or y + 1 <= a for x, y, _ in taken):
+            taken.append((a, b, new[head : len(new) - tail]))
+    if len(taken) == 1:
+        return edits[0]
+    for a, b, lines in sorted(taken, key=lambda t: -t[0]):
+        old[a:b] = lines
+    out = "\n".join(old)
+    try:
+        ast.parse(out)
+    except SyntaxError:
+        return edits[0]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- text edits
@@ -114,22 +143,36 @@ class SourceText:
         return None
 
     def segment(self, node: ast.AST) -> str:
-        return ast.get_source_segment(self.source, node) or ast.unparse(node)
+        """``node``'s source text (``ast.get_source_segment`` without splitting the whole source again)."""
+        a, b = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if a is None or b is None:
+            return ast.unparse(node)
+        if a == b:
+            return self.lines[a - 1].encode()[node.col_offset : node.end_col_offset].decode()  # type: ignore[attr-defined]
+        head = self.lines[a - 1].encode()[node.col_offset :].decode()  # type: ignore[attr-defined]
+        tail = self.lines[b - 1].encode()[: node.end_col_offset].decode()  # type: ignore[attr-defined]
+        return "\n".join([head, *self.lines[a : b - 1], tail])
 
     def replace(self, node: ast.AST, text: str) -> str:
         """The source with ``node``'s segment replaced (columns are utf-8 byte offsets); parentheses around the
         segment go too when the new text is one name, literal, call or comparison."""
+        return self.replace_all([(node, text)])
+
+    def replace_all(self, edits: list[tuple[ast.AST, str]]) -> str:
+        """``replace`` of several nodes that do not overlap, in one new source (the last first, so the
+        positions of those before it stay)."""
         lines = [ln.encode() for ln in self.lines]
-        a, b = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined, operator]
-        head, tail = lines[a][: node.col_offset], lines[b][node.end_col_offset :]  # type: ignore[attr-defined]
-        atomic = isinstance(ast.parse(text, mode="eval").body, (ast.Name, ast.Constant, ast.Call, ast.Compare))
-        while atomic and head.endswith(b"(") and tail.startswith(b")"):
-            before = head[:-1][-1:]
-            if before.isalnum() or before in (b"_", b")", b"]"):  # a call's parentheses
-                break
-            head, tail = head[:-1], tail[1:]
-        new = [*lines[:a], head + text.encode() + tail, *lines[b + 1 :]]
-        return "\n".join(x.decode() for x in new)
+        for node, text in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):  # type: ignore[attr-defined]
+            a, b = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined, operator]
+            head, tail = lines[a][: node.col_offset], lines[b][node.end_col_offset :]  # type: ignore[attr-defined]
+            atomic = isinstance(ast.parse(text, mode="eval").body, (ast.Name, ast.Constant, ast.Call, ast.Compare))
+            while atomic and head.endswith(b"(") and tail.startswith(b")"):
+                before = head[:-1][-1:]
+                if before.isalnum() or before in (b"_", b")", b"]"):  # a call's parentheses
+                    break
+                head, tail = head[:-1], tail[1:]
+            lines[a : b + 1] = [head + text.encode() + tail]
+        return "\n".join(x.decode() for x in lines)
 
     def replace_lines(self, first: int, last: int, new: list[str]) -> str:
         """Lines first..last (1-based, inclusive) replaced by ``new``."""
@@ -397,7 +440,7 @@ def _compare(op: ast.cmpop, a: Any, b: Any) -> Any:
 
 
 class _Pruner(SourceText):
-    """Finds the first definition, attribute, parameter or local left unused and returns the source without it."""
+    """Finds the definitions, attributes, parameters and locals left unused, and the source without each."""
 
     def __init__(self, source: str, keep: set[str]):
         super().__init__(source)
@@ -412,10 +455,16 @@ class _Pruner(SourceText):
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _BY_NAME:
                 self.loaded |= {a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
 
-    def first(self) -> str | None:
-        return self._toplevel() or self._classes() or self._functions() or self._constant_attribute()
+    def batch(self) -> list[str]:
+        """Every edit of the first kind that has one: unused top-level definitions, class members, then
+        function-level edits (one per function), then constant attributes read as their literal."""
+        for kind in (self._toplevel, self._classes, self._functions, self._constant_attribute):
+            edits = list(kind())
+            if edits:
+                return edits
+        return []
 
-    def _constant_attribute(self) -> str | None:
+    def _constant_attribute(self) -> Iterator[str]:
         """An attribute set once in the whole source, ``self.x = <literal>``, and never elsewhere (nor by name,
         nor by nn.Module): its first read becomes the literal (folding then cuts what it decides)."""
         stores: dict[str, list[tuple[ast.Attribute, ast.expr | None]]] = {}
@@ -437,11 +486,10 @@ class _Pruner(SourceText):
                 continue
             reads = [n for n in self.walk(self.tree) if isinstance(n, ast.Attribute) and n.attr == attr]
             reads = [n for n in reads if isinstance(n.ctx, ast.Load) and ast.unparse(n.value) == "self"]
-            if reads:
-                return self.replace(reads[0], repr(value.value))  # type: ignore[union-attr]
-        return None
+            for read in reads:
+                yield self.replace(read, repr(value.value))  # type: ignore[union-attr]
 
-    def _toplevel(self) -> str | None:
+    def _toplevel(self) -> Iterator[str]:
         reads = [Counter(_reads(self.walk(stmt))) for stmt in self.tree.body]  # names and strings each reads
         total = sum(reads, Counter())
         for stmt, inside in zip(self.tree.body, reads, strict=True):
@@ -449,37 +497,40 @@ class _Pruner(SourceText):
             if not names or names & self.keep:
                 continue
             if not any(total[n] > inside[n] for n in names):
-                return self.replace_lines(first_line(stmt), stmt.end_lineno, [])  # type: ignore[arg-type]
-        return None
+                yield self.replace_lines(first_line(stmt), stmt.end_lineno, [])  # type: ignore[arg-type]
 
-    def _classes(self) -> str | None:
+    def _classes(self) -> Iterator[str]:
         for cls in (n for n in self.tree.body if isinstance(n, ast.ClassDef)):
             for stmt in cls.body:
-                if self._shadowed(cls, stmt):
-                    return self._drop(stmt, cls.body)
-                if isinstance(stmt, ast.FunctionDef) and _only_super_init(stmt) and self._same_init(cls, stmt):
-                    return self._drop(stmt, cls.body)
-                if isinstance(stmt, ast.FunctionDef):
-                    unused = stmt.name not in self.loaded | self.keep and not hasattr(nn.Module, stmt.name)
-                    if stmt.name == "extra_repr" or (unused and not stmt.name.startswith("__")):
-                        return self._drop(stmt, cls.body)
-                elif isinstance(stmt, ast.Assign):
-                    out = self._assign(stmt, cls.body, lambda t: isinstance(t, ast.Name) and t.id not in self.loaded)
-                    if out is not None:
-                        return out
-                elif (
-                    isinstance(stmt, ast.AnnAssign)
-                    and isinstance(stmt.target, ast.Name)
-                    and stmt.target.id not in self.loaded
-                    and (stmt.value is None or _plain(stmt.value))
-                ):
-                    return self._drop(stmt, cls.body)
+                out = self._member(cls, stmt)
+                if out is not None:
+                    yield out
             for fn in (s for s in cls.body if isinstance(s, ast.FunctionDef)):
                 for stmt in self.walk(fn):
                     if isinstance(stmt, ast.Assign):
                         out = self._assign(stmt, self._siblings(stmt) or [], self._unread_attribute)
                         if out is not None:
-                            return out
+                            yield out
+
+    def _member(self, cls: ast.ClassDef, stmt: ast.stmt) -> str | None:
+        """The class without member ``stmt`` where nothing uses it (or a base's copy serves)."""
+        if self._shadowed(cls, stmt):
+            return self._drop(stmt, cls.body)
+        if isinstance(stmt, ast.FunctionDef) and _only_super_init(stmt) and self._same_init(cls, stmt):
+            return self._drop(stmt, cls.body)
+        if isinstance(stmt, ast.FunctionDef):
+            unused = stmt.name not in self.loaded | self.keep and not hasattr(nn.Module, stmt.name)
+            if stmt.name == "extra_repr" or (unused and not stmt.name.startswith("__")):
+                return self._drop(stmt, cls.body)
+        elif isinstance(stmt, ast.Assign):
+            return self._assign(stmt, cls.body, lambda t: isinstance(t, ast.Name) and t.id not in self.loaded)
+        elif (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and stmt.target.id not in self.loaded
+            and (stmt.value is None or _plain(stmt.value))
+        ):
+            return self._drop(stmt, cls.body)
         return None
 
     def _shadowed(self, cls: ast.ClassDef, stmt: ast.stmt) -> bool:
@@ -562,7 +613,7 @@ class _Pruner(SourceText):
         new = [" " * stmt.col_offset + "pass"] if len(siblings) == 1 else []
         return self.replace_lines(first_line(stmt), stmt.end_lineno, new)  # type: ignore[arg-type]
 
-    def _functions(self) -> str | None:
+    def _functions(self) -> Iterator[str]:
         calls = [n for n in self.walk(self.tree) if isinstance(n, ast.Call)]
         by_callee: dict[str | None, list[ast.Call]] = {}  # another function than __init__ is reached by its name
         for c in calls:
@@ -578,8 +629,10 @@ class _Pruner(SourceText):
                     if name in bases:
                         bases[name] |= bases[c.name]
         for fn in (n for n in self.walk(self.tree) if isinstance(n, ast.FunctionDef)):
-            out = self._dead_locals(fn)
-            if out is None and (fn.name == "__init__" or not hasattr(nn.Module, fn.name)):
+            local = list(self._dead_locals(fn))
+            yield from local
+            out = None
+            if not local and (fn.name == "__init__" or not hasattr(nn.Module, fn.name)):
                 owner = self.parents.get(fn)
                 names = bases.get(owner.name, set()) if isinstance(owner, ast.ClassDef) else set()
                 mine = owner.name if isinstance(owner, ast.ClassDef) else None
@@ -589,8 +642,7 @@ class _Pruner(SourceText):
                 if out is None and fn.name not in self.keep and not self._referenced(fn, names):
                     out = self._default_read(fn, reaching)
             if out is not None:
-                return out
-        return None
+                yield out
 
     def _class_of(self, node: ast.AST) -> str | None:
         if node not in self._classes_of:
@@ -601,36 +653,38 @@ class _Pruner(SourceText):
             self._classes_of[node] = named
         return self._classes_of[node]
 
-    def _dead_locals(self, fn: ast.FunctionDef) -> str | None:
+    def _dead_locals(self, fn: ast.FunctionDef) -> Iterator[str]:
         """``name = <literal>`` whose name nothing in ``fn`` reads (left behind by folding); ``name = e`` then
         ``return name`` as ``return e`` where nothing else in ``fn`` names it."""
         read = {n.id for n in self.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         names = Counter(n.id for n in self.walk(fn) if isinstance(n, ast.Name))
         out = self._copies(fn)
         if out is not None:
-            return out
+            yield out
         for stmt in self.walk(fn):  # a, b, probs = f(): a name the cuts left unread is unpacked into _
             unpacked = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
             if isinstance(unpacked, ast.Tuple) and not isinstance(stmt.value, ast.Tuple):  # type: ignore[union-attr]
                 for t in unpacked.elts:
                     if isinstance(t, ast.Name) and t.id != "_" and t.id not in read and names[t.id] == 1:
-                        return self.replace(t, "_")
+                        yield self.replace(t, "_")
         for body in (b for n in self.walk(fn) if isinstance(b := getattr(n, "body", None), list)):
             for stmt, ret in pairwise(body):
                 out = self._stored_once(stmt, ret, names)
                 if out is not None:
-                    return out
+                    yield out
+                    continue
                 if not (isinstance(stmt, ast.Assign) and isinstance(ret, ast.Return) and len(stmt.targets) == 1):
                     continue
                 target, value = stmt.targets[0], ret.value
                 one = isinstance(target, ast.Name) and names[target.id] == 2 and stmt.lineno == stmt.end_lineno
                 if one and isinstance(value, ast.Name) and value.id == target.id:  # type: ignore[union-attr]
                     line = f"{' ' * stmt.col_offset}return {self.segment(stmt.value)}"
-                    return self.replace_lines(stmt.lineno, ret.end_lineno, [line])  # type: ignore[arg-type]
+                    yield self.replace_lines(stmt.lineno, ret.end_lineno, [line])  # type: ignore[arg-type]
+                    continue
                 if one and value is not None and "#" not in self.lines[stmt.lineno - 1] + self.lines[ret.lineno - 1]:
                     out = self._returned_once(stmt, ret, target.id)  # type: ignore[union-attr]
                     if out is not None:
-                        return out
+                        yield out
         for stmt in self.walk(fn):
             if (
                 isinstance(stmt, ast.Assign)
@@ -639,14 +693,13 @@ class _Pruner(SourceText):
                 and stmt.targets[0].id not in read
                 and isinstance(stmt.value, ast.Constant)
             ):
-                return self._drop(stmt, self._siblings(stmt) or [])
-            if isinstance(stmt, ast.Assign):  # a, b = x, y: the pairs whose name is never read, their value pure
+                yield self._drop(stmt, self._siblings(stmt) or [])
+            elif isinstance(stmt, ast.Assign):  # a, b = x, y: the pairs whose name is never read, their value pure
                 out = self._assign(
                     stmt, self._siblings(stmt) or [], lambda t: isinstance(t, ast.Name) and t.id not in read
                 )
                 if out is not None:
-                    return out
-        return None
+                    yield out
 
     def _copies(self, fn: ast.FunctionDef) -> str | None:
         """A local bound once to a parameter ``fn`` never rebinds (``prompt = input_ids``) read as the parameter;
@@ -744,31 +797,26 @@ class _Pruner(SourceText):
         if out is not None:
             return out
         first_default = len(positional) - len(args.defaults)
-        for i, a in enumerate(positional):
-            if i >= first_default and i >= most and a.arg not in read and a.arg not in keywords:
-                new = ast.arguments(
-                    posonlyargs=[],
-                    args=[p for p in positional if p is not a],
-                    vararg=args.vararg,
-                    kwonlyargs=args.kwonlyargs,
-                    kw_defaults=args.kw_defaults,
-                    kwarg=args.kwarg,
-                    defaults=[d for j, d in enumerate(args.defaults) if j + first_default != i],
-                )
-                return self._signature(fn, new)
-        for i, a in enumerate(args.kwonlyargs):
-            if args.kw_defaults[i] is not None and a.arg not in read and a.arg not in keywords:
-                new = ast.arguments(
-                    posonlyargs=args.posonlyargs,
-                    args=args.args,
-                    vararg=args.vararg,
-                    kwonlyargs=[k for k in args.kwonlyargs if k is not a],
-                    kw_defaults=[d for j, d in enumerate(args.kw_defaults) if j != i],
-                    kwarg=args.kwarg,
-                    defaults=args.defaults,
-                )
-                return self._signature(fn, new)
-        return None
+        gone = {  # every one at once: each stands past what calls pass, so the others' positions stay
+            i for i, a in enumerate(positional) if i >= first_default and i >= most and a.arg not in read | keywords
+        }
+        kw_gone = {
+            i
+            for i, a in enumerate(args.kwonlyargs)
+            if args.kw_defaults[i] is not None and a.arg not in read and a.arg not in keywords
+        }
+        if not gone and not kw_gone:
+            return None
+        new = ast.arguments(
+            posonlyargs=[p for i, p in enumerate(args.posonlyargs) if i not in gone],
+            args=[p for i, p in enumerate(args.args, len(args.posonlyargs)) if i not in gone],
+            vararg=args.vararg,
+            kwonlyargs=[k for i, k in enumerate(args.kwonlyargs) if i not in kw_gone],
+            kw_defaults=[d for i, d in enumerate(args.kw_defaults) if i not in kw_gone],
+            kwarg=args.kwarg,
+            defaults=[d for j, d in enumerate(args.defaults) if j + first_default not in gone],
+        )
+        return self._signature(fn, new)
 
     def _referenced(self, fn: ast.FunctionDef, constructors: set[str]) -> bool:
         """Whether ``fn`` is named other than as the callee of a call: passed as a value (``partial(f, ..)``,
@@ -788,8 +836,8 @@ class _Pruner(SourceText):
         return bool((constructors if fn.name == "__init__" else {fn.name}) & self._uncalled)
 
     def _default_read(self, fn: ast.FunctionDef, calls: list[ast.Call]) -> str | None:
-        """A parameter with a literal default that no call reaching ``fn`` passes and ``fn`` never rebinds: its
-        first read becomes the literal (folding then decides what it decides; unread, the parameter goes)."""
+        """The parameters with a literal default that no call reaching ``fn`` passes and ``fn`` never rebinds:
+        their reads become the literal (folding then decides what it decides; unread, the parameter goes)."""
         keywords = {k.arg for c in calls for k in c.keywords}
         if not calls or None in keywords or any(isinstance(a, ast.Starred) for c in calls for a in c.args):
             return None
@@ -798,15 +846,15 @@ class _Pruner(SourceText):
         first_default = len(positional) - len(fn.args.defaults)
         nested = [n for n in self.walk(fn) if n is not fn and isinstance(n, (ast.Lambda, ast.FunctionDef))]
         scoped = {a.arg for n in nested for a in n.args.args}  # names a nested scope binds again
+        reads: list[tuple[ast.AST, str]] = []
         for i, a in enumerate(positional):
             default = fn.args.defaults[i - first_default] if i >= first_default else None
             if not isinstance(default, ast.Constant) or i < most or a.arg in keywords or a.arg in scoped:
                 continue
             uses = [n for n in self.walk(fn) if isinstance(n, ast.Name) and n.id == a.arg]
             if uses and all(isinstance(n.ctx, ast.Load) for n in uses):
-                first = min(uses, key=lambda n: (n.lineno, n.col_offset))
-                return self.replace(first, repr(default.value))
-        return None
+                reads += [(n, repr(default.value)) for n in uses]
+        return self.replace_all(reads) if reads else None
 
     def _forwarded_default(
         self, fn: ast.FunctionDef, positional: list[ast.arg], most: int, keywords: set[str | None]
