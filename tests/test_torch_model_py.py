@@ -661,3 +661,62 @@ def helper():
     tree = sp._Pruner(two, set())
     edits = list(tree._classes())
     assert len(edits) == 2 and sp.merged(two, edits) == edits[0]
+
+
+def _commented_shapes(path: Path) -> dict[int, tuple[str | None, str]]:
+    """Lines of model.py's forward methods that end in a shape comment: line → (the name assigned, or None for a
+    return; the comment's dims)."""
+    tree, lines = ast.parse(path.read_text()), path.read_text().split("\n")
+    out: dict[int, tuple[str | None, str]] = {}
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "forward"):
+        for stmt in ast.walk(fn):
+            m = re.search(r"  # \((.*)\)$", lines[getattr(stmt, "lineno", 1) - 1])
+            if m and isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name):
+                out[stmt.lineno] = (stmt.targets[0].id, m.group(1))
+            elif m and isinstance(stmt, ast.Return):
+                out[stmt.lineno] = (None, m.group(1))
+    return out
+
+
+@pytest.mark.parametrize("case", ["gpt2", "llama_gqa_rope", "mixtral_moe", "qwen3_qk_norm"])
+def test_shape_comments_are_the_shapes_the_tensors_have(case: str, tmp_path: Path) -> None:
+    """Each ``# (B, N, hidden)`` of a forward is the shape the line's tensor has when the model runs (its dims
+    evaluated with the file's Config), and a line whose tensor changes width carries one: the MLP's first
+    projection and its return, the token embedding."""
+    path = write_model_py(_spec(case), tmp_path / "model.py")
+    module = _import(path)
+    model, config = module.build(), module.Config()
+    commented = _commented_shapes(path)
+    text = path.read_text()
+    if re.search(r"self\.(fc1|gate) = nn\.Linear", text):  # a dense MLP (Mixtral's blocks hold experts only)
+        assert re.search(r"self\.(fc1|gate)\(x\).*  # \(B, N, hidden\)", text), "the MLP's widening line"
+        assert re.search(r"return self\.(fc2|down)\(x\)  # \(B, N, d_model\)", text), "the MLP's return"
+    assert re.search(r"self\.embed\(input_ids\).*  # \(B, N, d_model\)", text), "the token embedding"
+    b, n = 2, 5
+    names = {f: getattr(config, f) for f in dir(config) if not f.startswith("_")} | {"B": b, "N": n}
+    seen: dict[int, set[tuple[int, ...]]] = {}
+    last: dict[object, int] = {}
+
+    def trace(frame, event: str, arg):  # sys.settrace calls it so
+        if frame.f_code.co_filename != str(path):
+            return None
+        line = last.get(frame)
+        if line in commented and event in ("line", "return"):
+            name, _ = commented[line]
+            value = arg if name is None and event == "return" else frame.f_locals.get(name) if name else None
+            if isinstance(value, torch.Tensor):
+                seen.setdefault(line, set()).add(tuple(value.shape))
+        last[frame] = frame.f_lineno
+        return trace
+
+    ids = torch.randint(0, config.vocab_size, (b, n), generator=torch.Generator().manual_seed(0))
+    sys.settrace(trace)
+    try:
+        with torch.no_grad():
+            model(ids)
+    finally:
+        sys.settrace(None)
+    assert set(seen) == set(commented), sorted(set(commented) - set(seen))  # every commented line ran
+    for line, (_, dims) in commented.items():
+        want = tuple(eval(d.replace("·", "*"), {"__builtins__": {}}, names) for d in dims.split(", "))
+        assert seen[line] == {want}, (line, dims, seen[line])

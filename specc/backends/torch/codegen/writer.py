@@ -149,6 +149,8 @@ class Body:
             self.live[plan.input_names[i]] = v
         self.out: list[str] = []
         self.wrapped: set[str] = set()  # values whose expression is a sum in parentheses
+        self.fed_by: dict[str, str] = {}  # an inlined value → the first input of the unit that made it
+        self.held = dict(zip(plan.input_names, self.scope.inputs, strict=False))  # variable → the value it got last
         uses: dict[str, list[int]] = {}
         for j, unit in enumerate(self.scope.units):
             for v in unit.inputs:
@@ -215,7 +217,7 @@ class Body:
         item = head[:-1] if head.endswith("s") else "layer"
         self.out += [f"for {item} in self.{head}:", f"    {var} = {item}({', '.join(args)})"]
         self.env[members[-1].outputs[0]] = (var, 0)
-        self.live[var] = members[-1].outputs[0]
+        self.live[var] = self.held[var] = members[-1].outputs[0]
 
     def _materialise(self, v: str) -> str:
         expr, depth = self.value(v)
@@ -224,7 +226,7 @@ class Body:
         name = self._fresh("x")
         self.out.append(f"{name} = {expr}")
         self.env[v] = (name, 0)
-        self.live[name] = v
+        self.live[name] = self.held[name] = v
         return name
 
     def _expression(self, j: int) -> tuple[str, int]:
@@ -305,32 +307,41 @@ class Body:
                 and (nxt == len(units) or not self._loop(nxt))
             )
             if inline:
+                if unit.inputs:
+                    self.fed_by[v] = unit.inputs[0]
                 wrap = unit.op is not None and unit.op.kind == "add"
                 self.env[v] = (f"({expr})" if wrap else expr, depth)
                 if wrap:
                     self.wrapped.add(v)
                 return
             name = self._name_for(unit, j)
-            self.out.append(self._shaped(f"{name} = {expr}", unit))
+            self.out.append(self._shaped(f"{name} = {expr}", unit, self.held.get(name)))
             self.env[v] = (name, 0)
+            self.held[name] = v
             self.live[name] = v
             return
         names = [self._fresh(self.scope.rel(v).split(".")[-1]) for v in unit.outputs]
         self.out.append(f"{', '.join(names)} = {expr}")
         for v, n in zip(unit.outputs, names, strict=True):
             self.env[v] = (n, 0)
-            self.live[n] = v
+            self.live[n] = self.held[n] = v
 
-    def _shaped(self, line: str, unit: Unit) -> str:
-        """The statement with its output's symbolic shape as a comment where it is not its input's (model.py)."""
+    def _shaped(self, line: str, unit: Unit, before: str | None = None) -> str:
+        """The statement with its output's symbolic shape as a comment where it is not that of what the
+        statement reads: its unit's first input, the variable a chain of units inlined into it starts from, or
+        what the name it assigns held ``before``: ``x = self.act(self.fc1(x))`` says x is now (B, N, hidden)."""
         sizes, graph = self.w.sizes, self.w.graph
         if sizes is None or not unit.inputs or unit.inputs[0].startswith("param:"):
             return line
+        first, root = unit.inputs[0], unit.inputs[0]
+        while root in self.fed_by and not self.fed_by[root].startswith("param:"):
+            root = self.fed_by[root]
         try:
-            before, after = graph.shape_of(unit.inputs[0]), graph.shape_of(unit.outputs[0])
+            after = tuple(graph.shape_of(unit.outputs[0]))
+            read = {tuple(graph.shape_of(v)) for v in (first, root, before) if v is not None}
         except KeyError:
             return line
-        if tuple(before) == tuple(after):
+        if read == {after}:
             return line
         dims = [d if isinstance(d, str) else (sizes.expr("in_features", d) or str(d)) for d in after]
         comment = "  # (" + ", ".join(d.replace("c.", "").replace(" * ", "·") for d in dims) + ")"
@@ -373,7 +384,9 @@ class Body:
     def _emit_return(self) -> None:
         s = self.scope
         exprs = [self.value(v)[0] for v in s.outputs]
-        first = Unit("", inputs=s.inputs[:1], outputs=s.outputs[:1])
+        made = s.outputs[0] if s.outputs else None  # returned as it is made (inlined): what its unit read
+        read = self.fed_by.get(made, None) if made is not None and self.value(made)[1] else None
+        first = Unit("", inputs=[read] if read else [], outputs=s.outputs[:1])
         if s is not self.w.root:
             line = f"return {', '.join(exprs)}"
             self.out.append(self._shaped(line, first) if len(s.outputs) == 1 else line)
