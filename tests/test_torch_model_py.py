@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
@@ -146,7 +147,15 @@ def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> No
     standalone = _import(path).build()
     assert list(standalone.state_dict()) == list(module.state_dict())
     inputs = example_inputs(module.graph, batch=2, length=6)
-    _same(_outputs(module, inputs), _outputs(standalone, inputs))  # the same seeded initialisation
+    got: dict[str, dict[str, torch.Tensor]] = {}
+    seen = _traced_shapes(path, lambda: got.setdefault("out", _outputs(standalone, inputs)))
+    _same(_outputs(module, inputs), got["out"])  # the same seeded initialisation
+    config = getattr(_import(path), "Config", None)  # none: the recurrent models' sizes stay literals
+    names = _sizes(config() if config else None, B=2, N=6, N_dec=6)
+    for line, (_, dims) in _commented_shapes(path).items():  # each shape comment that ran is the tensor's shape
+        want = _dims(dims, names)
+        if want is not None and line in seen:
+            assert all(_fits(shape, want) for shape in seen[line]), (case, line, dims, seen[line])
     gen = torch.Generator().manual_seed(7)  # weights unlike the seeded init: a loader that re-initialises shows
     weights = {k: v + 0.1 * torch.randn(v.shape, generator=gen) for k, v in module.state_dict().items()}
     standalone.load_state_dict(weights)
@@ -678,22 +687,9 @@ def _commented_shapes(path: Path) -> dict[int, tuple[str | None, str]]:
     return out
 
 
-@pytest.mark.parametrize("case", ["gpt2", "llama_gqa_rope", "mixtral_moe", "qwen3_qk_norm"])
-def test_shape_comments_are_the_shapes_the_tensors_have(case: str, tmp_path: Path) -> None:
-    """Each ``# (B, N, hidden)`` of a forward is the shape the line's tensor has when the model runs (its dims
-    evaluated with the file's Config), and a line whose tensor changes width carries one: the MLP's first
-    projection and its return, the token embedding."""
-    path = write_model_py(_spec(case), tmp_path / "model.py")
-    module = _import(path)
-    model, config = module.build(), module.Config()
+def _traced_shapes(path: Path, run: Any) -> dict[int, set[tuple[int, ...]]]:
+    """The shapes the tensor of each shape-commented line of model.py has while ``run()`` runs (sys.settrace)."""
     commented = _commented_shapes(path)
-    text = path.read_text()
-    if re.search(r"self\.(fc1|gate) = nn\.Linear", text):  # a dense MLP (Mixtral's blocks hold experts only)
-        assert re.search(r"self\.(fc1|gate)\(x\).*  # \(B, N, hidden\)", text), "the MLP's widening line"
-        assert re.search(r"return self\.(fc2|down)\(x\)  # \(B, N, d_model\)", text), "the MLP's return"
-    assert re.search(r"self\.embed\(input_ids\).*  # \(B, N, d_model\)", text), "the token embedding"
-    b, n = 2, 5
-    names = {f: getattr(config, f) for f in dir(config) if not f.startswith("_")} | {"B": b, "N": n}
     seen: dict[int, set[tuple[int, ...]]] = {}
     last: dict[object, int] = {}
 
@@ -709,14 +705,52 @@ def test_shape_comments_are_the_shapes_the_tensors_have(case: str, tmp_path: Pat
         last[frame] = frame.f_lineno
         return trace
 
-    ids = torch.randint(0, config.vocab_size, (b, n), generator=torch.Generator().manual_seed(0))
     sys.settrace(trace)
     try:
-        with torch.no_grad():
-            model(ids)
+        run()
     finally:
         sys.settrace(None)
+    return seen
+
+
+def _dims(dims: str, names: dict[str, int]) -> list[set[int]] | None:
+    """A shape comment's dims as the sizes each may be (``N | N_dec``: a class both stacks use), or None where it
+    names a size ``names`` lacks (N_q, H)."""
+    try:
+        return [
+            {eval(a.replace("·", "*"), {"__builtins__": {}}, names) for a in d.split(" | ")} for d in dims.split(", ")
+        ]
+    except NameError:
+        return None
+
+
+def _fits(shape: tuple[int, ...], dims: list[set[int]] | None) -> bool:
+    return dims is not None and len(shape) == len(dims) and all(n in d for n, d in zip(shape, dims, strict=True))
+
+
+def _sizes(config: Any, **extra: int) -> dict[str, int]:
+    fields = [f for f in dir(config) if not f.startswith("_")] if config is not None else []
+    return {f: getattr(config, f) for f in fields} | extra
+
+
+@pytest.mark.parametrize("case", ["gpt2", "llama_gqa_rope", "mixtral_moe", "qwen3_qk_norm"])
+def test_shape_comments_are_the_shapes_the_tensors_have(case: str, tmp_path: Path) -> None:
+    """Each ``# (B, N, hidden)`` of a forward is the shape the line's tensor has when the model runs (its dims
+    evaluated with the file's Config), and a line whose tensor changes width carries one: the MLP's first
+    projection and its return, the token embedding."""
+    path = write_model_py(_spec(case), tmp_path / "model.py")
+    module = _import(path)
+    model, config = module.build(), module.Config()
+    commented = _commented_shapes(path)
+    text = path.read_text()
+    if re.search(r"self\.(fc1|gate) = nn\.Linear", text):  # a dense MLP (Mixtral's blocks hold experts only)
+        assert re.search(r"self\.(fc1|gate)\(x\).*  # \(B, N, hidden\)", text), "the MLP's widening line"
+        assert re.search(r"return self\.(fc2|down)\(x\)  # \(B, N, d_model\)", text), "the MLP's return"
+    assert re.search(r"self\.embed\(input_ids\).*  # \(B, N, d_model\)", text), "the token embedding"
+    b, n = 2, 5
+    ids = torch.randint(0, config.vocab_size, (b, n), generator=torch.Generator().manual_seed(0))
+    seen = _traced_shapes(path, lambda: _outputs(model, {"input_ids": ids}))
     assert set(seen) == set(commented), sorted(set(commented) - set(seen))  # every commented line ran
+    names = _sizes(config, B=b, N=n)
     for line, (_, dims) in commented.items():
-        want = tuple(eval(d.replace("·", "*"), {"__builtins__": {}}, names) for d in dims.split(", "))
-        assert seen[line] == {want}, (line, dims, seen[line])
+        assert " | " not in dims and all(_fits(shape, _dims(dims, names)) for shape in seen[line]), (line, dims)

@@ -151,6 +151,12 @@ class Body:
         self.wrapped: set[str] = set()  # values whose expression is a sum in parentheses
         self.fed_by: dict[str, str] = {}  # an inlined value → the first input of the unit that made it
         self.held = dict(zip(plan.input_names, self.scope.inputs, strict=False))  # variable → the value it got last
+        self.twins: list[dict[str, str]] = []  # per other scope the class serves: its value of each of rep's
+        for member in plan.members[1:]:
+            twin = dict(zip(self.scope.inputs, member.inputs, strict=False))
+            for mine, theirs in zip(self.scope.units, member.units, strict=False):
+                twin.update(zip(mine.outputs, theirs.outputs, strict=False))
+            self.twins.append(twin)
         uses: dict[str, list[int]] = {}
         for j, unit in enumerate(self.scope.units):
             for v in unit.inputs:
@@ -339,13 +345,22 @@ class Body:
         try:
             after = tuple(graph.shape_of(unit.outputs[0]))
             read = {tuple(graph.shape_of(v)) for v in (first, root, before) if v is not None}
+            every = [tuple(graph.shape_of(t.get(unit.outputs[0], unit.outputs[0]))) for t in self.twins]
         except KeyError:
             return line
-        if read == {after}:
+        if read == {after} or any(len(e) != len(after) for e in every):
             return line
-        dims = [d if isinstance(d, str) else (sizes.expr("in_features", d) or str(d)) for d in after]
-        comment = "  # (" + ", ".join(d.replace("c.", "").replace(" * ", "·") for d in dims) + ")"
+        written = []  # a dim the scopes the class serves differ in: each of theirs (N | N_dec: encoder, decoder),
+        for i in range(len(after)):  # sizes as numbers then (a Config expression would name one scope's sizes)
+            options = list(dict.fromkeys(x[i] for x in [after, *every]))
+            written.append(self._dim(options[0]) if len(options) == 1 else " | ".join(map(str, options)))
+        comment = "  # (" + ", ".join(written) + ")"
         return line + comment if len(line) + len(comment) <= 100 else line
+
+    def _dim(self, d: Any) -> str:
+        """A shape entry as the comment writes it: a symbol, the Config expression of a size, or the number."""
+        text = d if isinstance(d, str) else (self.w.sizes.expr("in_features", d) or str(d))  # type: ignore[union-attr]
+        return text.replace("c.", "").replace(" * ", "·")
 
     def _own_depth(self, j: int) -> int:
         unit = self.scope.units[j]
