@@ -137,6 +137,9 @@ def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> No
     _ruff(path)
     tree = ast.parse(text)
     assert not _acceleration_in(tree), case  # the acceleration pass stays outside the file
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):  # a one-line docstring per class
+        doc = ast.get_docstring(cls, clean=False)
+        assert doc and "\n" not in doc, (case, cls.name)
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert {m.split(".")[0] for m in modules} <= ALLOWED_IMPORTS, modules  # torch, not specc
