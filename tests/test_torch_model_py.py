@@ -280,28 +280,40 @@ def helper(x, mask):
     assert "mask is None" in undecided and "x[self.first :]" in undecided, undecided
 
 
-@pytest.mark.parametrize("preset", ["gpt2", "llama3.1-8b", "mixtral-8x7b", "transformer-base", "vit-b16"])
+# a small value for every size a Config may hold; the positions tables (context) keep their length
+SMALL_SIZES = {"d_model": 32, "heads": 4, "hidden": 48, "blocks": 2, "vocab_size": 50, "target_vocab_size": 50}
+SMALL_SIZES |= {"kv_heads": 2, "experts": 4, "active": 2, "head_dim": 8, "groups": 2, "top_groups": 1}
+SMALL_SIZES |= {"q_rank": 16, "kv_rank": 8, "nope_head_dim": 8, "rope_head_dim": 4, "v_head_dim": 8}
+SMALL_SIZES |= {"dense_hidden": 64, "shared_hidden": 40, "text_d_model": 24, "text_heads": 3, "text_hidden": 40}
+SMALL_SIZES |= {"projection_dim": 16}
+VARIANTS = ["gpt2", "llama3.1-8b", "mixtral-8x7b", "transformer-base", "vit-b16", "pythia-1.4b"]
+VARIANTS += ["whisper-large-v3", "deepseek-v3", "clip-vit-large-patch14-dual", "siglip-so400m-dual"]
+
+
+@pytest.mark.parametrize("preset", VARIANTS)
 def test_build_with_a_smaller_config_makes_a_variant_that_runs(preset: str, tmp_path: Path) -> None:
-    """Full-size presets: model.py's Config holds the sizes; build(config=...) builds (and runs) a small variant."""
-    module = _import(write_model_py(specc.load_spec(preset), tmp_path / "model.py"))
+    """Full-size presets: model.py's Config holds every size (partial RoPE's share, Whisper's audio front-end,
+    latent attention's ranks, DeepSeek's dense and grouped-routing sizes, a second tower's widths); build(config=
+    ...) with all of them small builds and runs a small variant."""
+    from specc.ir.lower import lower
+
+    spec = specc.load_spec(preset)
+    module = _import(write_model_py(spec, tmp_path / "model.py"))
     full = module.Config()
-    assert preset == "transformer-base" or full.blocks == specc.load_spec(preset).blocks
-    small = {"d_model": 32, "heads": 4, "hidden": 48, "blocks": 2, "encoder_blocks": 1, "decoder_blocks": 1}
-    small |= {"vocab_size": 50, "target_vocab_size": 50, "kv_heads": 2, "experts": 4, "active": 2}
-    fields = {f for f in module.Config.__dataclass_fields__}
-    config = module.Config(**{k: v for k, v in small.items() if k in fields})
+    assert not hasattr(full, "blocks") or full.blocks == spec.blocks  # the full sizes by default
+    fields = set(module.Config.__dataclass_fields__)
+    unsized = {f for f in fields if f not in SMALL_SIZES and not f.endswith("blocks")}
+    assert unsized <= {"context", "text_context"}, unsized  # a size this test does not shrink
+    config = module.Config(**{f: 1 if f.endswith("_blocks") else SMALL_SIZES[f] for f in fields - unsized})
     model = module.build(config=config, dtype="fp32")
     assert sum(p.numel() for p in model.parameters()) < 2_000_000
-    if preset == "vit-b16":
-        out = model(torch.randn(1, 3, 224, 224))
-        assert out.shape == (1, 1000)
-        return
-    ids = torch.randint(0, 50, (1, 5))
-    with torch.no_grad():
-        out = model(ids, ids) if preset == "transformer-base" else model(ids)
-    assert out.shape[-1] == 50 and torch.isfinite(out).all()
-    if preset != "transformer-base":
-        assert model.generate(ids, 3).shape == (1, 8)
+    inputs = example_inputs(lower(spec), batch=1, length=5)
+    inputs = {k: v % 50 if v.dtype == torch.int64 else v for k, v in inputs.items()}
+    out = _outputs(model, inputs)
+    assert all(torch.isfinite(v).all() for v in out.values())
+    if "logits" in out and "input_ids" in inputs and len(inputs) <= 2 and spec.kind == "decoder":
+        assert out["logits"].shape[-1] == 50
+        assert model.generate(inputs["input_ids"], 3).shape == (1, 8)
 
 
 def test_a_base_default_every_subclass_sets_again_is_dropped_unless_the_base_is_used_by_name() -> None:

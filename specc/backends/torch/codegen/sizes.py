@@ -9,6 +9,7 @@ Sizes that follow from others (``head_dim = d_model // heads``) are properties, 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ....ir.graph import LayerGraph
@@ -17,14 +18,24 @@ from ....ir.graph import LayerGraph
 ROLES: dict[str, tuple[str, ...]] = {
     "vocab": ("vocab_size", "target_vocab_size"),
     "positions": ("context",),
-    "dim": ("d_model", "head_dim"),
+    "dim": ("d_model", "head_dim", "q_rank", "kv_rank", "kv_rank + rope_head_dim"),
     "heads": ("heads",),
     "kv_heads": ("kv_heads", "heads"),
     "head_dim": ("head_dim",),
-    "rope_dims": ("head_dim",),
+    "rope_dims": ("rope_dims", "head_dim", "rope_head_dim"),
+    # latent attention (DeepSeek): the core's head parts and ranks, the norms of its latents
+    "nope_head_dim": ("nope_head_dim",),
+    "rope_head_dim": ("rope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
+    "kv_rank": ("kv_rank",),
+    "width": ("kv_rank",),
     "experts": ("experts",),
     "active": ("active",),
+    "groups": ("groups",),  # group-limited routing (DeepSeek): groups must divide experts
+    "top_groups": ("top_groups",),
     "hidden": ("hidden",),
+    "in_channels": ("d_model",),  # an audio front-end's convolutions: frames in, d_model channels out
+    "out_channels": ("d_model",),
 }
 LINEAR = (  # in_features / out_features
     "d_model",
@@ -41,8 +52,16 @@ LINEAR = (  # in_features / out_features
     "kv_heads * head_dim",
     "2 * hidden",
     "experts",
+    "dense_hidden",
+    "shared_hidden",
+    "q_rank",  # latent attention's projections
+    "kv_rank + rope_head_dim",
+    "heads * (nope_head_dim + rope_head_dim)",
+    "heads * (nope_head_dim + v_head_dim)",
+    "heads * v_head_dim",
 )
 ROLES["in_features"] = ROLES["out_features"] = LINEAR
+ROLES["bias_spans"] = LINEAR  # (start, stop) feature spans of a partial bias: Whisper's q and v
 
 
 @dataclass
@@ -50,6 +69,7 @@ class Sizes:
     fields: dict[str, int] = field(default_factory=dict)  # Config field → the model's value
     derived: dict[str, str] = field(default_factory=dict)  # property → its expression of the fields
     blocks: dict[str, str] = field(default_factory=dict)  # container scope ("blocks") → its field
+    towers: dict[str, dict[str, str]] = field(default_factory=dict)  # a second tower ("text") → its names
 
     def value(self, name: str) -> int:
         if name in self.fields:
@@ -59,11 +79,23 @@ class Sizes:
     def _names(self, expr: str) -> list[str]:
         return [n for n in (*self.fields, *self.derived) if n in expr.replace("(", " ").replace(")", " ").split()]
 
-    def expr(self, key: str, value: object) -> str | None:
-        """``c.<size>`` (or an expression of sizes) equal to ``value`` in the attribute's role, else None."""
+    def expr(self, key: str, value: object, path: str = "") -> str | None:
+        """``c.<size>`` (or an expression of sizes) equal to ``value`` in the attribute's role, else None; a
+        tuple of sizes (spans) element by element, 0 as it is. Under a second tower's ``path`` (``text.``) the
+        role's sizes are that tower's (``text_d_model``), never the first one's."""
+        if isinstance(value, (tuple, list)) and value:
+            parts = ["0" if v == 0 else self.expr(key, v, path) for v in value]
+            if any(p is None for p in parts):
+                return None
+            return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"  # type: ignore[arg-type]
         if not isinstance(value, int) or isinstance(value, bool):
             return None
+        if key == "out_features" and path.endswith(".projection") and value == self.fields.get("projection_dim"):
+            return "c.projection_dim"  # the towers' shared embedding width
+        renamed = self.towers.get(path.split(".")[0], {})
         for candidate in ROLES.get(key, ()):
+            if renamed:
+                candidate = re.sub(r"\b\w+\b", lambda m: renamed.get(m.group(0), m.group(0)), candidate)
             names = self._names(candidate)
             if not names or len(names) != len(set(self._names(candidate))):
                 continue
@@ -95,8 +127,6 @@ class Sizes:
 
 
 def _prefixed(expr: str, names: list[str], owner: str = "c") -> str:
-    import re
-
     return re.sub(r"\b(" + "|".join(map(re.escape, names)) + r")\b", rf"{owner}.\1", expr)
 
 
@@ -139,6 +169,15 @@ def model_sizes(graph: LayerGraph) -> Sizes | None:
             s.derived["head_dim"] = "d_model // heads"
         else:
             s.fields["head_dim"] = a.head_dim
+        rope = a.rope_dims
+        if rope and rope != a.head_dim and a.head_dim % rope == 0:  # partial RoPE (Pythia's quarter)
+            s.derived["rope_dims"] = f"head_dim // {a.head_dim // rope}"
+    else:  # latent attention: its ranks and head parts
+        q_a = [op for op in ops if op.kind == "linear" and op.name.endswith(".attn.q_a")]
+        if q_a:
+            s.fields["q_rank"] = q_a[0].attrs.out_features
+        for key in ("kv_rank", "nope_head_dim", "rope_head_dim", "v_head_dim"):
+            s.fields[key] = getattr(a, key)
     d = s.fields["d_model"]
     mlp = [op for op in ops if op.kind == "linear" and ".mlp." in op.name and not op.name.endswith("router")]
     hidden = [op.attrs.out_features for op in mlp if op.attrs.in_features == d]
@@ -146,7 +185,53 @@ def model_sizes(graph: LayerGraph) -> Sizes | None:
     widths = [h for h in hidden if h != s.fields["d_model"]]
     if widths:
         s.fields["hidden"] = min(widths)
+    for role, mine in (("dense_hidden", lambda n: ".shared." not in n), ("shared_hidden", lambda n: ".shared." in n)):
+        other = {op.attrs.out_features for op in mlp if op.attrs.in_features == d and mine(op.name)}
+        other -= {s.fields.get("hidden"), d}
+        if len(other) == 1:  # an MoE model's dense layers (DeepSeek's first three), its shared experts
+            s.fields[role] = other.pop()
+    _second_tower(s, ops, attention)
     moe = [op for op in ops if op.kind == "moe"]
     if moe:
         s.fields["experts"], s.fields["active"] = moe[0].attrs.experts, moe[0].attrs.active
+        if moe[0].attrs.groups > 1:
+            s.fields["groups"], s.fields["top_groups"] = moe[0].attrs.groups, moe[0].attrs.top_groups
     return s
+
+
+def _second_tower(s: Sizes, ops: list, attention: list) -> None:
+    """A dual encoder's second tower (CLIP's text): a field of its own for each size it does not share with the
+    first (``text_d_model``, ``text_heads``, ``text_hidden``, ``text_context``), so neither tower's literals
+    read as the other's sizes by coincidence."""
+    towers = list(dict.fromkeys(op.name.split(".")[0] for op in attention if "." in op.name))
+    if len(towers) < 2 or towers[1] not in ("text", "vision"):
+        return
+    p = towers[1]
+    mine = [op for op in ops if op.name.startswith(p + ".")]
+    embed = [op for op in mine if op.kind in ("embedding", "patch_embed")]
+    a = next(op for op in attention if op.name.startswith(p + ".")).attrs
+    if not embed or a.kind != "attention":
+        return
+    d = embed[0].attrs.dim
+    hidden = [op.attrs.out_features for op in mine if op.kind == "linear" and ".mlp." in op.name]
+    hidden = [h for h in hidden if h != d]
+    own = {"d_model": d, "heads": a.heads, "hidden": min(hidden) if hidden else None}
+    learned = [op for op in mine if op.kind == "learned_pos"]
+    own["context"] = learned[0].attrs.positions if learned else None
+    if a.head_dim * a.heads != d or a.kv_heads != a.heads:
+        return  # a tower of another attention shape: its literals stay
+    names: dict[str, str] = {}  # a size the towers share keeps one name (classes both use stay one class)
+    for k, v in own.items():
+        if v is not None and v != s.fields.get(k):
+            s.fields[f"{p}_{k}"], names[k] = v, f"{p}_{k}"
+    if not names:
+        return
+    if "heads" in names:
+        names["kv_heads"] = names["heads"]
+    if "d_model" in names or "heads" in names:
+        names["head_dim"] = f"{p}_head_dim"
+        s.derived[f"{p}_head_dim"] = f"{names.get('d_model', 'd_model')} // {names.get('heads', 'heads')}"
+    s.towers[p] = names
+    projections = [op.attrs.out_features for op in ops if op.kind == "linear" and op.name.endswith(".projection")]
+    if len(projections) > 1 and len(set(projections)) == 1:  # both towers project into one embedding width
+        s.fields["projection_dim"] = projections[0]

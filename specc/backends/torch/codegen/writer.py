@@ -93,7 +93,9 @@ class Writer:
         args = ["c"] if self.sizes else []
         for (path, attr), pname in plan.params.items():
             key = (f"{rel}.{path}", attr)
-            args.append(f"{pname}={owner.params[key] if key in owner.params else lit(values[(path, attr)])}")
+            value = values[(path, attr)]
+            sized = self.sizes.expr(attr, value, child.path) if self.sizes else None  # a Config size where one is
+            args.append(f"{pname}={owner.params[key] if key in owner.params else sized or lit(value)}")
         return ", ".join(args)
 
     def init_lines(self, plan: ClassPlan) -> list[str]:
@@ -107,7 +109,8 @@ class Writer:
 
                 def attr(key: str, rel: str = rel, op: Any = unit.op) -> str:
                     value = getattr(op.attrs, key)
-                    return plan.params.get((rel, key)) or (self.sizes and self.sizes.expr(key, value)) or lit(value)
+                    sized = self.sizes and self.sizes.expr(key, value, op.name)
+                    return plan.params.get((rel, key)) or sized or lit(value)
 
                 ctor = e.ctor(unit.op, attr)
                 if ctor is not None:
@@ -359,7 +362,8 @@ class Body:
 
     def _dim(self, d: Any) -> str:
         """A shape entry as the comment writes it: a symbol, the Config expression of a size, or the number."""
-        text = d if isinstance(d, str) else (self.w.sizes.expr("in_features", d) or str(d))  # type: ignore[union-attr]
+        sized = None if isinstance(d, str) else self.w.sizes.expr("in_features", d, self.scope.path)  # type: ignore[union-attr]
+        text = d if isinstance(d, str) else (sized or str(d))
         return text.replace("c.", "").replace(" * ", "·")
 
     def _own_depth(self, j: int) -> int:
