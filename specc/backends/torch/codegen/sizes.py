@@ -1,7 +1,8 @@
 """The sizes of a model as a small config (nanoGPT style), read off the layer graph's typed op attributes.
 
-``model_sizes(graph)`` names the model's main sizes (vocabulary, width, blocks, heads, MLP width, experts) with
-their values; ``Sizes.expr`` turns a constructor's literal into an expression of them where the attribute's
+``model_sizes(graph)`` names the model's sizes (vocabulary, width, blocks, heads, MLP width, experts and their
+routing groups, latent attention's ranks, a partial RoPE's share, a dense layer's or shared expert's width, a
+second tower's widths) with their values; ``Sizes.expr`` turns a constructor's literal into an expression of them where the attribute's
 role says which (``nn.Linear(768, 2304)`` → ``nn.Linear(c.d_model, 3 * c.d_model)``), so the standalone
 model.py's ``build(config=Config(blocks=2, d_model=128, ...))`` makes a smaller variant of the same model.
 Sizes that follow from others (``head_dim = d_model // heads``) are properties, not fields.
