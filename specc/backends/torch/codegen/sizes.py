@@ -2,9 +2,10 @@
 
 ``model_sizes(graph)`` names the model's sizes (vocabulary, width, blocks, heads, MLP width, experts and their
 routing groups, latent attention's ranks, a partial RoPE's share, a dense layer's or shared expert's width, a
-second tower's widths) with their values; ``Sizes.expr`` turns a constructor's literal into an expression of them where the attribute's
-role says which (``nn.Linear(768, 2304)`` → ``nn.Linear(c.d_model, 3 * c.d_model)``), so the standalone
-model.py's ``build(config=Config(blocks=2, d_model=128, ...))`` makes a smaller variant of the same model.
+second tower's widths) with their values; ``Sizes.expr`` turns a constructor's literal into an expression of
+them where the attribute's role says which (``nn.Linear(768, 2304)`` → ``nn.Linear(c.d_model, 3 * c.d_model)``),
+so the standalone model.py's ``build(config=Config(blocks=2, d_model=128, ...))`` makes a smaller variant of the
+same model.
 Sizes that follow from others (``head_dim = d_model // heads``) are properties, not fields.
 """
 
@@ -184,7 +185,10 @@ def model_sizes(graph: LayerGraph) -> Sizes | None:
     hidden = [op.attrs.out_features for op in mlp if op.attrs.in_features == d]
     hidden += [op.attrs.hidden for op in ops if op.kind == "moe"]
     widths = [h for h in hidden if h != s.fields["d_model"]]
-    if widths:
+    experts_hidden = [op.attrs.hidden for op in ops if op.kind == "moe"]
+    if experts_hidden:  # the experts' width, even where it equals d_model (GPT-OSS): their constructor reads it
+        s.fields["hidden"] = min(experts_hidden)
+    elif widths:
         s.fields["hidden"] = min(widths)
     for role, mine in (("dense_hidden", lambda n: ".shared." not in n), ("shared_hidden", lambda n: ".shared." in n)):
         other = {op.attrs.out_features for op in mlp if op.attrs.in_features == d and mine(op.name)}
