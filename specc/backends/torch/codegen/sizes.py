@@ -182,12 +182,10 @@ def model_sizes(graph: LayerGraph) -> Sizes | None:
             s.fields[key] = getattr(a, key)
     d = s.fields["d_model"]
     mlp = [op for op in ops if op.kind == "linear" and ".mlp." in op.name and not op.name.endswith("router")]
-    hidden = [op.attrs.out_features for op in mlp if op.attrs.in_features == d]
-    hidden += [op.attrs.hidden for op in ops if op.kind == "moe"]
-    widths = [h for h in hidden if h != s.fields["d_model"]]
-    experts_hidden = [op.attrs.hidden for op in ops if op.kind == "moe"]
-    if experts_hidden:  # the experts' width, even where it equals d_model (GPT-OSS): their constructor reads it
-        s.fields["hidden"] = min(experts_hidden)
+    moe = [op for op in ops if op.kind == "moe"]
+    widths = [op.attrs.out_features for op in mlp if op.attrs.in_features == d and op.attrs.out_features != d]
+    if moe:  # the experts' width, even where it equals d_model (GPT-OSS): their constructor reads it
+        s.fields["hidden"] = min(op.attrs.hidden for op in moe)
     elif widths:
         s.fields["hidden"] = min(widths)
     for role, mine in (("dense_hidden", lambda n: ".shared." not in n), ("shared_hidden", lambda n: ".shared." in n)):
@@ -195,8 +193,8 @@ def model_sizes(graph: LayerGraph) -> Sizes | None:
         other -= {s.fields.get("hidden"), d}
         if len(other) == 1:  # an MoE model's dense layers (DeepSeek's first three), its shared experts
             s.fields[role] = other.pop()
-    _second_tower(s, ops, attention)
-    moe = [op for op in ops if op.kind == "moe"]
+    if meta.get("task") == "image_text":
+        _second_tower(s, ops, attention)
     if moe:
         s.fields["experts"], s.fields["active"] = moe[0].attrs.experts, moe[0].attrs.active
         if moe[0].attrs.groups > 1:
@@ -209,7 +207,7 @@ def _second_tower(s: Sizes, ops: list, attention: list) -> None:
     first (``text_d_model``, ``text_heads``, ``text_hidden``, ``text_context``), so neither tower's literals
     read as the other's sizes by coincidence."""
     towers = list(dict.fromkeys(op.name.split(".")[0] for op in attention if "." in op.name))
-    if len(towers) < 2 or towers[1] not in ("text", "vision"):
+    if len(towers) < 2:
         return
     p = towers[1]
     mine = [op for op in ops if op.name.startswith(p + ".")]

@@ -466,7 +466,7 @@ class _Pruner(SourceText):
 
     def _constant_attribute(self) -> Iterator[str]:
         """An attribute set once in the whole source, ``self.x = <literal>``, and never elsewhere (nor by name,
-        nor by nn.Module): its first read becomes the literal (folding then cuts what it decides)."""
+        nor by nn.Module): its reads become the literal (folding then cuts what it decides)."""
         stores: dict[str, list[tuple[ast.Attribute, ast.expr | None]]] = {}
         for node in self.walk(self.tree):
             targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]

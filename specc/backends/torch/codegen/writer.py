@@ -326,8 +326,7 @@ class Body:
             name = self._name_for(unit, j)
             self.out.append(self._shaped(f"{name} = {expr}", unit, self.held.get(name)))
             self.env[v] = (name, 0)
-            self.held[name] = v
-            self.live[name] = v
+            self.live[name] = self.held[name] = v
             return
         names = [self._fresh(self.scope.rel(v).split(".")[-1]) for v in unit.outputs]
         self.out.append(f"{', '.join(names)} = {expr}")
@@ -404,7 +403,7 @@ class Body:
         s = self.scope
         exprs = [self.value(v)[0] for v in s.outputs]
         made = s.outputs[0] if s.outputs else None  # returned as it is made (inlined): what its unit read
-        read = self.fed_by.get(made, None) if made is not None and self.value(made)[1] else None
+        read = self.fed_by.get(made) if made is not None and self.value(made)[1] else None
         first = Unit("", inputs=[read] if read else [], outputs=s.outputs[:1])
         if s is not self.w.root:
             line = f"return {', '.join(exprs)}"
