@@ -316,6 +316,29 @@ def test_build_with_a_smaller_config_makes_a_variant_that_runs(preset: str, tmp_
         assert model.generate(inputs["input_ids"], 3).shape == (1, 8)
 
 
+@pytest.mark.parametrize("preset", ["gpt2", "llama2-7b"])
+def test_a_variant_is_the_model_specc_compiles_at_its_sizes(preset: str, tmp_path: Path) -> None:
+    """build(config=...) starts from the weights specc's seeded init gives that spec at those sizes (the residual
+    std follows the variant's blocks) and generates up to its own position table, not the full model's."""
+    sizes = {"d_model": 32, "attention.heads": 4, "blocks": 2, "vocab_size": 50, "mlp.hidden": 48}
+    sizes |= {"context": 16} if preset == "gpt2" else {}
+    module = _import(write_model_py(specc.load_spec(preset), tmp_path / "model.py"))
+    config = module.Config(**{k.rpartition(".")[2]: v for k, v in sizes.items()})
+    variant = module.build(config=config, dtype="fp32")
+    mha = ["attention.kv_heads=4"] if preset == "llama2-7b" else []  # its Config's kv_heads is heads
+    small = build_torch(specc.load_spec(preset, [f"{k}={v}" for k, v in sizes.items()] + mha), dtype=torch.float32)
+    want = small.state_dict()
+    assert variant.state_dict().keys() == want.keys()
+    for name, value in variant.state_dict().items():
+        torch.testing.assert_close(value, want[name], atol=1e-7, rtol=1e-6, msg=name)
+    ids = torch.randint(0, 50, (1, 10), generator=torch.Generator().manual_seed(0))
+    _same(_outputs(small, {"input_ids": ids}), _outputs(variant, {"input_ids": ids}))
+    if preset == "gpt2":  # 10 + 7 > 16 learned positions: refused, as specc refuses it
+        with pytest.raises(ValueError, match="16 learned positions"):
+            variant.generate(ids, 7)
+        assert variant.generate(ids, 6).shape == (1, 16)
+
+
 def test_a_base_default_every_subclass_sets_again_is_dropped_unless_the_base_is_used_by_name() -> None:
     source = """
 class Base:

@@ -11,8 +11,10 @@ Sizes that follow from others (``head_dim = d_model // heads``) are properties, 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from ....ir.graph import LayerGraph
 
@@ -108,6 +110,22 @@ class Sizes:
             if got == value:
                 return _prefixed(candidate, names)
         return None
+
+    def meta(self, meta: dict[str, Any]) -> dict[str, str]:
+        """The root's META facts that follow from sizes, as expressions of ``c``: the longest sequence a learned
+        position table covers, and the residual init std (init_std / sqrt(2 · layers)), so a variant generates
+        up to its own table and starts like the model specc compiles at its sizes."""
+        out: dict[str, str] = {}
+        limit = meta.get("max_positions")
+        tables = [k for k in ("text_context", "context") if self.fields.get(k) == limit]
+        if limit is not None and tables:
+            out["max_positions"] = f"c.{tables[0]}"
+        std, residual, blocks = meta.get("init_std"), meta.get("residual_std"), list(self.blocks.values())
+        layers = sum(self.fields[b] for b in blocks)
+        if blocks and std and residual != std and residual == std / math.sqrt(2 * layers):
+            n = f"c.{blocks[0]}" if len(blocks) == 1 else f"({' + '.join(f'c.{b}' for b in blocks)})"
+            out["residual_std"] = f"{std!r} / (2 * {n}) ** 0.5"
+        return out
 
     def source(self, name: str) -> list[str]:
         """The ``Config`` dataclass: one field a size, then the derived sizes as properties."""
