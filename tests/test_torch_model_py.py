@@ -316,24 +316,67 @@ def test_build_with_a_smaller_config_makes_a_variant_that_runs(preset: str, tmp_
         assert model.generate(inputs["input_ids"], 3).shape == (1, 8)
 
 
-@pytest.mark.parametrize("preset", ["gpt2", "llama2-7b"])
+# Config fields → the spec keys that set them (where a spec's key differs from the field's name)
+SPEC_KEYS = {"heads": "attention.heads", "kv_heads": "attention.kv_heads", "head_dim": "attention.head_dim"}
+SPEC_KEYS |= {"hidden": "mlp.hidden", "experts": "mlp.experts", "active": "mlp.active"}
+SPEC_KEYS |= {"encoder_blocks": "blocks.encoder", "decoder_blocks": "blocks.decoder"}
+SPEC_KEYS |= {f"{k}": f"attention.latent.{k}" for k in ("q_rank", "kv_rank", "nope_head_dim", "rope_head_dim")}
+SPEC_KEYS |= {"v_head_dim": "attention.latent.v_head_dim", "groups": "mlp.router.groups"}
+SPEC_KEYS |= {"top_groups": "mlp.router.top_groups", "dense_hidden": "layer_kinds.dense.mlp.hidden"}
+VARIANT_OF = {  # preset → (Config fields, further spec settings the variant's spec needs)
+    "gpt2": ({"context": 16}, []),
+    "llama2-7b": ({}, ["attention.kv_heads=4"]),  # its Config's kv_heads is heads
+    "gemma-7b": ({"head_dim": 8}, ["attention.kv_heads=4"]),  # embeddings × sqrt(d_model)
+    "mixtral-8x7b": ({"kv_heads": 2, "experts": 4, "active": 2}, []),
+    "gpt-oss-20b": ({"kv_heads": 2, "head_dim": 8, "experts": 4, "active": 2}, []),
+    "pythia-1.4b": ({}, []),  # partial RoPE: a quarter of each head
+    "t5-base": ({"encoder_blocks": 2, "decoder_blocks": 1}, ["attention.head_dim=8"]),
+    "transformer-base": ({"encoder_blocks": 2, "decoder_blocks": 2}, []),  # × sqrt(d_model), sinusoids
+    "bert-base": ({"context": 16}, []),
+    "whisper-large-v3": ({"context": 16, "encoder_blocks": 2, "decoder_blocks": 1, "vocab_size": 51866}, []),
+    "flan-t5-xl": ({"encoder_blocks": 1, "decoder_blocks": 2}, ["attention.head_dim=8"]),
+    # Gemma's query_pre_attn_scalar is its head_dim: model.py writes the default scale, head_dim^-½
+    "gemma2-9b": ({"kv_heads": 2, "head_dim": 8, "blocks": 3}, [f"attention.scale={8**-0.5}"]),  # sliding / full
+    "gemma3-1b": ({"kv_heads": 1, "head_dim": 8, "blocks": 7}, [f"attention.scale={8**-0.5}"]),  # 5 sliding, 1 full
+    "modernbert-base": ({"blocks": 4}, []),  # the first block apart, then global / local / local
+    "llama4-scout": ({"kv_heads": 2, "experts": 4, "active": 1, "blocks": 5}, ["mlp.shared.hidden=48"]),  # NoPE
+    "qwen3-30b-a3b": ({"kv_heads": 2, "head_dim": 8, "experts": 4, "active": 2}, []),
+    "phi3-mini-4k": ({}, ["attention.kv_heads=4"]),
+    "olmo2-7b": ({}, ["attention.kv_heads=4"]),
+    "bloom-176b": ({}, []),  # ALiBi slopes follow the heads
+    "deepseek-v3": (  # latent attention's scale (YaRN's mscale) and grouped routing at the variant's sizes
+        {"q_rank": 16, "kv_rank": 8, "nope_head_dim": 8, "rope_head_dim": 4, "v_head_dim": 8, "dense_hidden": 64}
+        | {"experts": 4, "active": 2, "groups": 2, "top_groups": 1, "blocks": 4},
+        ["layer_pattern=[dense, dense, dense, moe]", "mlp.shared.hidden=48"],
+    ),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(VARIANT_OF))
 def test_a_variant_is_the_model_specc_compiles_at_its_sizes(preset: str, tmp_path: Path) -> None:
-    """build(config=...) starts from the weights specc's seeded init gives that spec at those sizes (the residual
-    std follows the variant's blocks) and generates up to its own position table, not the full model's."""
-    sizes = {"d_model": 32, "attention.heads": 4, "blocks": 2, "vocab_size": 50, "mlp.hidden": 48}
-    sizes |= {"context": 16} if preset == "gpt2" else {}
+    """build(config=...) is the model specc compiles from the spec at those sizes: the same seeded weights (the
+    residual std follows the variant's blocks), the same outputs (scales that follow d_model or the head dims
+    follow the variant's), and it generates up to its own position table, not the full model's."""
+    from specc.ir.lower import lower
+
+    fields, more = VARIANT_OF[preset]
+    fields = {"d_model": 32, "heads": 4, "hidden": 48, "vocab_size": 50, "blocks": 2} | fields
     module = _import(write_model_py(specc.load_spec(preset), tmp_path / "model.py"))
-    config = module.Config(**{k.rpartition(".")[2]: v for k, v in sizes.items()})
-    variant = module.build(config=config, dtype="fp32")
-    mha = ["attention.kv_heads=4"] if preset == "llama2-7b" else []  # its Config's kv_heads is heads
-    small = build_torch(specc.load_spec(preset, [f"{k}={v}" for k, v in sizes.items()] + mha), dtype=torch.float32)
+    fields = {k: v for k, v in fields.items() if k in module.Config.__dataclass_fields__}
+    sets = [f"{SPEC_KEYS.get(k, k)}={v}" for k, v in fields.items()] + more
+    if "encoder_blocks" in fields:
+        sets = [x for x in sets if not x.startswith("blocks=")]
+    small_spec = specc.load_spec(preset, sets)
+    variant = module.build(config=module.Config(**fields), dtype="fp32")
+    small = build_torch(small_spec, dtype=torch.float32)
     want = small.state_dict()
     assert variant.state_dict().keys() == want.keys()
     for name, value in variant.state_dict().items():
         torch.testing.assert_close(value, want[name], atol=1e-7, rtol=1e-6, msg=name)
-    ids = torch.randint(0, 50, (1, 10), generator=torch.Generator().manual_seed(0))
-    _same(_outputs(small, {"input_ids": ids}), _outputs(variant, {"input_ids": ids}))
+    inputs = example_inputs(lower(small_spec), batch=2, length=6)
+    _same(_outputs(small, inputs), _outputs(variant, inputs))
     if preset == "gpt2":  # 10 + 7 > 16 learned positions: refused, as specc refuses it
+        ids = torch.randint(0, 50, (1, 10), generator=torch.Generator().manual_seed(0))
         with pytest.raises(ValueError, match="16 learned positions"):
             variant.generate(ids, 7)
         assert variant.generate(ids, 6).shape == (1, 16)

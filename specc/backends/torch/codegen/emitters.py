@@ -8,8 +8,9 @@ parameter set) depends on are ``structural``: ops that differ in them never shar
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ....ir.graph import Op
@@ -24,6 +25,7 @@ class Call:
     module: str  # "self.qkv"
     args: list[str]  # one per op input, in order
     state: str = "state"
+    sized: dict[str, str] = field(default_factory=dict)  # model.py: attribute → its Config-derived expression
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,13 @@ _emits("sinusoid_table", call=_module_call, ctor=lambda op, a: f"SinusoidTable({
 def _embedding_call(op: Op, c: Call) -> str:
     scale = float(op.attrs.scale)
     x = _module_call(op, c)
-    return x if scale == 1.0 else f"scaled({x}, {scale!r})"  # the scale rounded to the model's dtype
+    return x if scale == 1.0 else f"scaled({x}, {c.sized.get('scale', repr(scale))})"  # rounded to the dtype
+
+
+def embedding_scale_of_width(op: Op) -> bool:
+    """Whether an embedding's scale is sqrt(its width) (``embedding_scale: sqrt_d_model``): model.py's variants
+    scale by their own width."""
+    return op.kind == "embedding" and float(op.attrs.scale) != 1.0 and float(op.attrs.scale) == op.attrs.dim**0.5
 
 
 _emits(
@@ -309,9 +317,22 @@ def _rotary(op: Op, a: Attr) -> str:
     return f", rope={rotary}({a('rope_dims')}, {a('rope_theta')}{extra})"
 
 
+def _latent_scale(op: Op, a: Attr) -> str:
+    """The core's scale; under YaRN with mscale_all_dim, head_dim^-½ · mscale² as that expression of the head
+    dims (where it gives the same float), so a variant's scale follows its own head dims."""
+    sc = op.attrs.rope_scaling or {}
+    all_dim, factor = sc.get("mscale_all_dim"), sc.get("factor") or 1.0
+    if sc.get("type") == "yarn" and all_dim and factor > 1:
+        m = 0.1 * all_dim * math.log(factor) + 1.0
+        if 1.0 / float(op.attrs.head_dim) ** 0.5 * (m * m) == op.attrs.scale:
+            return f"1.0 / ({a('nope_head_dim')} + {a('rope_head_dim')}) ** 0.5 * {m * m!r}"
+    return a("scale")
+
+
 def _latent_attention_ctor(op: Op, a: Attr) -> str:
     head = f"{a('heads')}, {a('nope_head_dim')}, {a('rope_head_dim')}, {a('v_head_dim')}, {a('kv_rank')}"
-    kwargs = _kwargs(a, op, SELF_ATTENTION_KWARGS, scale=1.0 / op.attrs.head_dim**0.5)
+    scaled = lambda key: _latent_scale(op, a) if key == "scale" else a(key)
+    kwargs = _kwargs(scaled, op, SELF_ATTENTION_KWARGS, scale=1.0 / op.attrs.head_dim**0.5)
     return f"LatentAttention({head}{kwargs}{_rotary(op, a)})"
 
 

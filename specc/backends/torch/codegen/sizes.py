@@ -32,7 +32,8 @@ ROLES: dict[str, tuple[str, ...]] = {
     "rope_head_dim": ("rope_head_dim",),
     "v_head_dim": ("v_head_dim",),
     "kv_rank": ("kv_rank",),
-    "width": ("kv_rank",),
+    "width": ("kv_rank", "heads * head_dim", "kv_heads * head_dim", "d_model"),  # a norm's slice (QK-norm)
+    "start": ("heads * head_dim", "d_model"),  # where the K slice starts in [q | k | v]
     "experts": ("experts",),
     "active": ("active",),
     "groups": ("groups",),  # group-limited routing (DeepSeek): groups must divide experts

@@ -5,9 +5,9 @@ from __future__ import annotations
 import keyword
 from typing import Any
 
-from ....ir.graph import LayerGraph
+from ....ir.graph import LayerGraph, Op
 from .classes import ClassPlan
-from .emitters import EMITTERS, Call, lit
+from .emitters import EMITTERS, Call, embedding_scale_of_width, lit
 from .scopes import Scope, Unit, flat_attrs, head_op
 from .sizes import Sizes
 
@@ -98,6 +98,11 @@ class Writer:
             args.append(f"{pname}={owner.params[key] if key in owner.params else sized or lit(value)}")
         return ", ".join(args)
 
+    def sized_call(self, op: Op) -> dict[str, str]:
+        """model.py: call attributes that follow the Config (set in ``__init__`` as ``self.<key>_<attr>``)."""
+        dim = self.sizes.expr("dim", op.attrs.dim, op.name) if self.sizes and op.kind == "embedding" else None
+        return {"scale": f"{dim}**0.5"} if dim and embedding_scale_of_width(op) else {}
+
     def init_lines(self, plan: ClassPlan) -> list[str]:
         rep, lines, done = plan.rep, [], set()
         for unit in rep.units:
@@ -115,6 +120,7 @@ class Writer:
                 ctor = e.ctor(unit.op, attr)
                 if ctor is not None:
                     lines.append(f"self.{unit.key} = {ctor}")
+                lines += [f"self.{unit.key}_{k} = {v}" for k, v in self.sized_call(unit.op).items()]
                 continue
             head, _, index = unit.key.partition(".")
             if not index:
@@ -131,13 +137,36 @@ class Writer:
                 if len(set(calls)) == 1:
                     lines.append(f"self.{head} = nn.ModuleList({calls[0]} for _ in range({count}))")
                 else:
-                    lines.append(f"self.{head} = nn.ModuleList([{', '.join(calls)}])")
+                    lines.append(f"self.{head} = nn.ModuleList({layer_pattern(calls)} for i in range({count}))")
         return lines
 
     # -- forward -------------------------------------------------------------------------------------------
 
     def forward_lines(self, plan: ClassPlan) -> list[str]:
         return Body(self, plan).lines()
+
+
+def layer_pattern(calls: list[str]) -> str:
+    """One expression of ``i`` giving block i's constructor call: a run of one kind first (DeepSeek's dense
+    layers), then a cycle (``layer_pattern`` repeated: GPT-OSS's sliding / full) — so a Config with other
+    ``blocks`` gets as many, in the same pattern."""
+    best: tuple[int, int, list[str]] = (0, len(calls), calls)
+    for run in range(len(calls)):
+        if run and calls[run - 1] != calls[0]:
+            break
+        rest = calls[run:]
+        period = next(p for p in range(1, len(rest) + 1) if all(c == rest[k % p] for k, c in enumerate(rest)))
+        if period < best[1] and 2 * period <= len(rest):  # a run counts only where a cycle repeats after it
+            best = (run, period, rest[:period])
+    run, period, cycle = best
+    at = "i" if not run else f"(i - {run})"
+    default = max(dict.fromkeys(cycle), key=cycle.count)  # the most common; the first of equals
+    expr = default
+    for call in reversed([c for c in dict.fromkeys(cycle) if c != default]):
+        where = [k for k, c in enumerate(cycle) if c == call]
+        test = f"{at} % {period} == {where[0]}" if len(where) == 1 else f"{at} % {period} in {tuple(where)}"
+        expr = f"{call} if {test} else {expr}"
+    return f"{calls[0]} if i < {run} else {expr}" if run else expr
 
 
 class Body:
@@ -204,8 +233,9 @@ class Body:
                 break
             if b.inputs[0] != a.outputs[0] or b.inputs[1:] != units[j].inputs[1:]:
                 break
-            if self.w.plan_of(b.scope) is not self.w.plan_of(units[j].scope):  # type: ignore[arg-type]
-                break
+            first, other = self.w.plan_of(units[j].scope), self.w.plan_of(b.scope)  # type: ignore[arg-type]
+            if other.order != first.order or b.scope.needs_state != units[j].scope.needs_state:  # type: ignore[union-attr]
+                break  # blocks of other kinds loop together where each is called the same way
             n += 1
         container = self.scope.children[head]
         whole = n == len(container.children) and units[j].key == f"{head}.{next(iter(container.children))}"
@@ -250,7 +280,8 @@ class Body:
                 vals[0] = (f"last_positions({self._materialise(op.inputs[0])}, state)", 1)
             if op.kind == "linear" and self._feeds_jittered_router(op.name):
                 vals[0] = (f"self.{self._router_owner(op.name)}.route({vals[0][0]})", vals[0][1] + 1)
-            expr = e.call(op, Call(f"self.{unit.key}", [v for v, _ in vals]))
+            sized = {k: f"self.{unit.key}_{k}" for k in self.w.sized_call(op)}
+            expr = e.call(op, Call(f"self.{unit.key}", [v for v, _ in vals], sized=sized))
             if static:
                 return f"reuse(state, self.{unit.key}, lambda: {expr})", 2
             return expr, e.depth + max((d for _, d in vals), default=0)
