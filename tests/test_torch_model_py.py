@@ -349,7 +349,16 @@ VARIANT_OF = {  # preset → (Config fields, further spec settings the variant's
         | {"experts": 4, "active": 2, "groups": 2, "top_groups": 1, "blocks": 4},
         ["layer_pattern=[dense, dense, dense, moe]", "mlp.shared.hidden=48"],
     ),
+    "clip-vit-large-patch14-dual": (  # two towers of their own widths, one projection width
+        {"vision_blocks": 2, "text_blocks": 1, "text_d_model": 24, "text_heads": 3, "text_hidden": 40}
+        | {"text_context": 8, "projection_dim": 16},
+        ["text.projection=16"],
+    ),
 }
+TOWER_KEYS = {"d_model": "vision.d_model", "heads": "vision.attention.heads", "hidden": "vision.mlp.hidden"}
+TOWER_KEYS |= {"vision_blocks": "vision.blocks", "text_blocks": "text.blocks", "vocab_size": "text.vocab_size"}
+TOWER_KEYS |= {"text_d_model": "text.d_model", "text_heads": "text.attention.heads", "text_hidden": "text.mlp.hidden"}
+TOWER_KEYS |= {"text_context": "text.context", "projection_dim": "vision.projection"}
 
 
 @pytest.mark.parametrize("preset", sorted(VARIANT_OF))
@@ -363,7 +372,8 @@ def test_a_variant_is_the_model_specc_compiles_at_its_sizes(preset: str, tmp_pat
     fields = {"d_model": 32, "heads": 4, "hidden": 48, "vocab_size": 50, "blocks": 2} | fields
     module = _import(write_model_py(specc.load_spec(preset), tmp_path / "model.py"))
     fields = {k: v for k, v in fields.items() if k in module.Config.__dataclass_fields__}
-    sets = [f"{SPEC_KEYS.get(k, k)}={v}" for k, v in fields.items()] + more
+    keys = TOWER_KEYS if "text_blocks" in fields else SPEC_KEYS
+    sets = [f"{keys.get(k, k)}={v}" for k, v in fields.items()] + more
     if "encoder_blocks" in fields:
         sets = [x for x in sets if not x.startswith("blocks=")]
     small_spec = specc.load_spec(preset, sets)
