@@ -97,6 +97,17 @@ def test_run_npy_inputs(cli: CLI, models: dict[str, Path], tmp_path: Path) -> No
     assert "attention_mask [1, 4] int64" in out
 
 
+def test_run_past_a_rotary_models_context_says_so(cli: CLI, tmp_path: Path) -> None:
+    """Rotary positions run past the spec's context (and equal torch there), but the user hears it once."""
+    spec = specc.load_spec("llama2-7b", [*GPT, "attention.kv_heads=4", "context=16", "dtype=fp32"])
+    path = export_onnx(spec, tmp_path / "r.onnx")
+    code, out, err = cli("run", path, "--random", "1,12", "--provider", "cpu")
+    assert code == 0 and "note:" not in err, err
+    code, out, err = cli("run", path, "--random", "1,12", "--generate", "6", "--provider", "cpu")
+    assert code == 0 and "note: 18 tokens pass the spec's context of 16" in err, err
+    assert "generated 6 tokens" in out
+
+
 @pytest.mark.parametrize(
     "args,message",
     [

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from ..errors import SpecError, check_ids
 from . import limits
-from .app import app, out
+from .app import app, err, out
 
 
 class Provider(str, Enum):
@@ -106,6 +106,18 @@ def native_log_filtered(enabled: bool) -> Iterator[None]:
                 sys.stderr.flush()
 
 
+def _note_past_context(m, feeds: dict[str, np.ndarray], new: int) -> None:
+    """A model without a learned position table runs past its spec's context (rotary or sinusoidal positions
+    extrapolate), but not where it was trained: say so once, on stderr."""
+    context, ids = m.ir_meta.get("context"), feeds.get("decoder_input_ids", feeds.get("input_ids"))
+    past = feeds.get("past_key_values.0.key")
+    cached = past.shape[2] if past is not None and past.ndim == 4 and "decoder_input_ids" not in feeds else 0
+    if not context or m.max_positions or ids is None or ids.ndim != 2:
+        return
+    if (length := cached + ids.shape[1] + new) > context:
+        err.print(f"note: {length} tokens pass the spec's context of {context}: positions beyond it extrapolate")
+
+
 def _run(model, input_ids, inputs, random, provider, threads, generate, start_id, eos_id, top_k, bench, iters, warmup,
          seed, verbose) -> None:  # fmt: skip
     from ..runtime import inputs as rin
@@ -133,6 +145,7 @@ def _run(model, input_ids, inputs, random, provider, threads, generate, start_id
         feeds = rin.random_inputs(m, b, n, seed)
     feeds = rin.check(m, rin.complete(m, feeds, start_id))
     _show_inputs(feeds)
+    _note_past_context(m, feeds, generate or 0)
 
     if generate is not None:
         new = greedy(m, feeds, generate, start_id=start_id, eos_id=eos_id)
