@@ -221,6 +221,21 @@ def test_a_fused_checkpoint_of_other_sizes_loads_through_build_config(tmp_path: 
         torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-5, rtol=1e-5)
 
 
+def test_an_moe_checkpoint_with_fewer_experts_loads_through_build_config(tmp_path: Path) -> None:
+    """Experts stored one tensor each are one table name with ``#`` for the expert, stacked as many as the
+    parameter has: a file written for 8 experts loads a 4-expert Mixtral checkpoint through build(config=...)."""
+    base = BY_ID["mixtral-4x2"]
+    wide = type(base)(base.id + "-wide", base.arch, {**base.config, "num_local_experts": 8})
+    hf, folder = save(base, tmp_path)
+    model_py = _model_py(import_hf(save(wide, tmp_path)[1]).spec, tmp_path / "model.py")
+    text = (tmp_path / "model.py").read_text()
+    assert model_py.Config().experts == 8 and ".experts.#." in text and ".experts.7." not in text
+    model = model_py.build(weights=str(folder / "model.safetensors"), config=model_py.Config(experts=4))
+    ids = torch.randint(3, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-5, rtol=1e-5)
+
+
 def _how(name: str):
     from specc.backends.torch.standalone_names import HOW
 

@@ -216,6 +216,8 @@ def build(weights: str | None = WEIGHTS, device: str | None = None, dtype: str |
     facts = model_facts(graph)
     if graph.meta["task"] == "causal_lm" and "state = state or State(" in src.body:  # the root's State reaches all
         facts.update({"state is not None": [True], "state is None": [False]})
+    if ".#." not in names:  # no per-expert tensors in the table: from_hf never expands ``#``
+        facts['any("#" in s for s in sources)'] = [False]
     keep = KEEP | (GENERATING if graph.meta["task"] in STEP_INPUTS else set())
     used = specialise(library + "\n\n\n" + config_class + src.body + tail, facts, keep=keep)
     used = inline(used, keep)  # the seams of the library that serve one use here

@@ -2,8 +2,8 @@
 
 The plan (specc/interop: a family's rules for every IR parameter) is computed for the graph and written as
 data: specc name → alternatives (op | (op, *args), *HF names), with a block index folded into ``*`` wherever
-every block follows the same rule; ``layers/hf.py``'s ``from_hf`` applies it. Only the tensor operations
-the table uses are written (``HOW``).
+every block follows the same rule and the experts of a stack into ``#``; ``layers/hf.py``'s ``from_hf``
+applies it. Only the tensor operations the table uses are written (``HOW``).
 """
 
 from __future__ import annotations
@@ -83,7 +83,22 @@ def hf_table(plan: Plan, vectors: set[str] = frozenset()) -> dict[str, list[tupl
     for pattern in clash:  # blocks that differ: every one of them by its own name
         del folded[pattern]
         folded.update({t: exact[t] for t in keys[pattern]})
+    folded = {t: [_every_expert(alt) for alt in alts] for t, alts in folded.items()}
     return _by_module(folded, vectors)
+
+
+def _every_expert(alternative: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A stack of experts 0 .. E-1 stored one tensor each as one name with ``#`` for the expert: from_hf
+    stacks as many as the parameter has (so a variant with fewer experts loads its own checkpoint)."""
+    op, *sources = alternative
+    if op != "stack" or len(sources) < 2:
+        return alternative
+    forms = [re.fullmatch(r"(.*\.)(\d+)(\..*)", s) for s in sources]
+    if not all(forms) or len({(m[1], m[3]) for m in forms}) != 1:  # type: ignore[index]
+        return alternative
+    if [int(m[2]) for m in forms] != list(range(len(sources))):  # type: ignore[index]
+        return alternative
+    return (op, f"{forms[0][1]}#{forms[0][3]}")  # type: ignore[index]
 
 
 def _by_module(table: dict[str, list[tuple[Any, ...]]], vectors: set[str]) -> dict[str, list[tuple[Any, ...]]]:
@@ -185,6 +200,7 @@ def names_source(graph: LayerGraph) -> str:
     order = [*HOW, *sorted(n for n in ops if n not in HOW)]  # tensor operations first, compositions after
     how = ", ".join(f'"{k}": {_how(k)}' for k in sorted(ops, key=order.index))
     doc = f"# {plan.family} names (specc's weight plan): specc name ← (op | (op, *args), *HF names) | [...]; * = block"
+    doc += ", # = expert" if any("#" in s for alts in table.values() for alt in alts for s in alt[1:]) else ""
     head = f"HF_NAMES = {{  {doc}" if len(doc) <= 104 else f"{doc}\nHF_NAMES = {{"
     body = "".join(f"    {r}\n" for r in rows)
     tied = f'HF_TIED, HF_SKIP = {_literal(hf_tied(plan))}, r"{skip_pattern(plan)}"'
