@@ -28,8 +28,15 @@ ROOT = Path(__file__).resolve().parents[1]
 GQA = [*SMALL, "attention.kv_heads=2", "dtype=fp32"]
 _TOWER = ["d_model=32", "blocks=1", "mlp.hidden=48", "attention.heads=4"]
 DUAL = [f"{t}.{k}" for t in ("vision", "text") for k in _TOWER] + ["vision.image.size=28", "text.context=8"]
+LONGROPE = "original_max_positions: 4, short_factor: [1, 1.5, 2, 3], long_factor: [2, 3, 4, 5]"
+YARN = "factor: 4.0, original_max_positions: 4, truncate: false, attention_factor: 1.2"
 EXTRA = {  # kinds CASES does not hold: scaled RoPE, soft-capped and per-layer sliding attention, QK-norm, chunks
     "llama3_scaled_rope": ("llama3.1-8b", [*GQA, "position.scaling.original_max_positions=8"]),
+    # each other frequency scaling: its own branch only (past original_max_positions where length matters)
+    "linear_rope": ("llama2-7b", [*GQA, "position.scaling={type: linear, factor: 2.0}"]),
+    "dynamic_rope": ("llama2-7b", [*GQA, "position.scaling={type: dynamic, factor: 2.0, original_max_positions: 4}"]),
+    "longrope_rope": ("llama2-7b", [*GQA, f"position.scaling={{type: longrope, {LONGROPE}}}"]),
+    "yarn_stated_factor": ("llama2-7b", [*GQA, f"position.scaling={{type: yarn, {YARN}}}"]),
     "gemma2_softcap_layer_kinds": ("gemma2-9b", [*GQA, "context=8192"]),
     "qwen3_qk_norm": ("qwen3-8b", GQA),
     "mistral_sliding_gqa": ("mistral-7b", [*GQA, "attention.window=4"]),
@@ -201,6 +208,28 @@ def test_a_llama_without_rope_scaling_carries_plain_rope_only(tmp_path: Path) ->
     assert "class Rotary" in text and "ScaledRotary" not in text
     for absent in ("yarn", "llama3", "longrope", "dynamic", "scaling", "sliding", "interleaved ", "self.prefix"):
         assert absent not in text, absent
+
+
+SCALED = {"llama3": "llama3_scaled_rope", "linear": "linear_rope", "dynamic": "dynamic_rope"}
+SCALED |= {"longrope": "longrope_rope", "yarn": "yarn_stated_factor"}
+SCALING_CODE = {  # what only one frequency scaling needs (patterns)
+    "llama3": ["_llama3_inv_freq", "low_freq_factor"],
+    "linear": [r'\) / (self\.)?scaling\["factor"\]'],
+    "dynamic": ["dynamic_base"],
+    "longrope": ["short_factor", "long_factor"],
+    "yarn": ["_yarn_inv_freq", "beta_fast"],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SCALED))
+def test_a_scaled_rope_file_carries_its_own_scaling_only(kind: str, tmp_path: Path) -> None:
+    """One frequency scaling's code, not the other four's (the files still equal build_torch: every family)."""
+    text = write_model_py(_spec(SCALED[kind]), tmp_path / "model.py").read_text()
+    assert "class ScaledRotary" in text
+    for other, needles in SCALING_CODE.items():
+        for needle in needles:
+            assert bool(re.search(needle, text)) == (other == kind), (kind, needle)
+    assert ("pos.max() + 1" in text) == (kind in ("dynamic", "longrope"))  # frequencies by the call's length
 
 
 def test_generation_runs_from_the_specialised_file(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ....ir.graph import LayerGraph
+from ..layers.rope import attention_factor
 from .specialise import SOMETHING, Facts
 
 STEP_INPUTS = {"causal_lm": "input_ids", "seq2seq": "decoder_input_ids"}
@@ -37,6 +38,28 @@ def _values(values: list[Any]) -> list[Any]:
     return out
 
 
+def _rope_scaling_facts(ops: list) -> Facts:
+    """What ScaledRotary and the frequency functions test of a scaling (only ScaledRotary calls them, always
+    with one): its type, whether it depends on the length, the cos/sin scale, yarn's options."""
+    scalings = [op.attrs.rope_scaling for op in ops if getattr(op.attrs, "rope_scaling", None)]
+    if not scalings:
+        return {}
+    types = {s["type"] for s in scalings}
+    yarn = [s for s in scalings if s["type"] == "yarn"]
+    return {
+        'scaling["type"] if scaling else None': sorted(types),
+        "by_length(self.scaling)": sorted({t in ("dynamic", "longrope") for t in types}),
+        "self.scale != 1.0": sorted({attention_factor(s) != 1.0 for s in scalings}),
+        'scaling.get("attention_factor") is not None': sorted(  # the cos/sin scale stated, or from the factor
+            {s.get("attention_factor") is not None for s in scalings}
+        ),
+        'scaling.get("mscale") and scaling.get("mscale_all_dim")': sorted(
+            {bool(s.get("mscale") and s.get("mscale_all_dim")) for s in scalings}
+        ),
+        's["truncate"]': sorted({bool(s.get("truncate")) for s in yarn}),
+    }
+
+
 def model_facts(graph: LayerGraph) -> Facts:
     ops = list(graph.ops())
     kinds = {op.kind for op in ops}
@@ -58,6 +81,7 @@ def model_facts(graph: LayerGraph) -> Facts:
         "self.TIED": [{op.name: op.attrs.tied_to for op in ops if getattr(op.attrs, "tied_to", None)}],
         "self.positions_from": [None] if "positions_follow" not in meta else [None, SOMETHING],
     }
+    facts.update(_rope_scaling_facts(ops))
     for key in ("max_positions", "prefix", "rebuild_cache_after"):  # the META facts generation tests for
         facts[f"{key!r} in self.META"] = [key in meta]
         facts[f"{key!r} not in self.META"] = [key not in meta]

@@ -458,7 +458,7 @@ class _Pruner(SourceText):
     def batch(self) -> list[str]:
         """Every edit of the first kind that has one: unused top-level definitions, class members, then
         function-level edits (one per function), then constant attributes read as their literal."""
-        for kind in (self._toplevel, self._classes, self._functions, self._constant_attribute):
+        for kind in (self._toplevel, self._classes, self._functions, self._constant_attribute, self._constant_call):
             edits = list(kind())
             if edits:
                 return edits
@@ -488,6 +488,20 @@ class _Pruner(SourceText):
             reads = [n for n in reads if isinstance(n.ctx, ast.Load) and ast.unparse(n.value) == "self"]
             for read in reads:
                 yield self.replace(read, repr(value.value))  # type: ignore[union-attr]
+
+    def _constant_call(self) -> Iterator[str]:
+        """A call, with plain arguments, of a top-level function whose body folding left as ``return <literal>``
+        (``attention_factor`` of a llama3 scaling): the literal (the function goes when nothing else names it)."""
+        constant = {}
+        for fn in (f for f in self.tree.body if isinstance(f, ast.FunctionDef)):
+            body = [b for b in fn.body if not _docstring(b)]
+            value = body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, _LITERALS):
+                constant[fn.name] = repr(value.value)
+        for call in (n for n in self.walk(self.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
+            name = call.func.id  # type: ignore[attr-defined]
+            if name in constant and all(_plain(a) for a in [*call.args, *(k.value for k in call.keywords)]):
+                yield self.replace(call, constant[name])
 
     def _toplevel(self) -> Iterator[str]:
         reads = [Counter(_reads(self.walk(stmt))) for stmt in self.tree.body]  # names and strings each reads
@@ -638,7 +652,7 @@ class _Pruner(SourceText):
                 mine = owner.name if isinstance(owner, ast.ClassDef) else None
                 candidates = calls if fn.name == "__init__" else by_callee.get(fn.name, [])
                 reaching = [c for c in candidates if _may_call(c, fn, names, mine, self._class_of(c))]
-                out = self._unused_params(fn, reaching)
+                out = self._unused_params(fn, reaching, method=isinstance(owner, ast.ClassDef))
                 if out is None and fn.name not in self.keep and not self._referenced(fn, names):
                     out = self._default_read(fn, reaching)
             if out is not None:
@@ -784,15 +798,16 @@ class _Pruner(SourceText):
             return None
         return self.replace_lines(stmt.lineno, ret.end_lineno, [line])
 
-    def _unused_params(self, fn: ast.FunctionDef, calls: list[ast.Call]) -> str | None:
-        """A parameter with a default that the body does not read and no call that may reach ``fn`` passes."""
+    def _unused_params(self, fn: ast.FunctionDef, calls: list[ast.Call], method: bool = True) -> str | None:
+        """A parameter with a default that the body does not read and no call that may reach ``fn`` passes
+        (``method``: calls pass ``self`` besides their arguments)."""
         keywords = {k.arg for c in calls for k in c.keywords}
         if None in keywords or any(isinstance(a, ast.Starred) for c in calls for a in c.args):
             return None  # f(**kw), f(*args): anything may be passed
         read = {n.id for n in self.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         args = fn.args
         positional = [*args.posonlyargs, *args.args]
-        most = max((len(c.args) + 1 for c in calls), default=0)  # + 1: a method's self
+        most = max((len(c.args) + method for c in calls), default=0)  # + 1: a method's self
         out = self._forwarded_default(fn, positional, most, keywords)
         if out is not None:
             return out
@@ -1003,7 +1018,7 @@ def _plain(value: ast.expr) -> bool:
     """A value whose computation does nothing besides (names, literals, attribute and item reads)."""
     if isinstance(value, (ast.Constant, ast.Name)):
         return True
-    if isinstance(value, (ast.Attribute, ast.Subscript, ast.BinOp)):
+    if isinstance(value, (ast.Attribute, ast.Subscript, ast.BinOp, ast.IfExp, ast.Compare, ast.BoolOp, ast.UnaryOp)):
         return all(_plain(c) for c in ast.iter_child_nodes(value) if isinstance(c, ast.expr))
     return isinstance(value, (ast.Dict, ast.List, ast.Tuple)) and not any(ast.iter_child_nodes(value))
 
@@ -1025,3 +1040,7 @@ def _defined(stmt: ast.stmt) -> set[str]:
     if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
         return {stmt.target.id}
     return set()
+
+
+def _docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
