@@ -109,12 +109,12 @@ def native_log_filtered(enabled: bool) -> Iterator[None]:
 def _note_past_context(m, feeds: dict[str, np.ndarray], new: int) -> None:
     """A model without a learned position table runs past its spec's context (rotary or sinusoidal positions
     extrapolate), but not where it was trained: say so once, on stderr."""
+    from ..runtime.inputs import cached_tokens
+
     context, ids = m.ir_meta.get("context"), feeds.get("decoder_input_ids", feeds.get("input_ids"))
-    past = feeds.get("past_key_values.0.key")
-    cached = past.shape[2] if past is not None and past.ndim == 4 and "decoder_input_ids" not in feeds else 0
     if not context or m.max_positions or ids is None or ids.ndim != 2:
         return
-    if (length := cached + ids.shape[1] + new) > context:
+    if (length := cached_tokens(feeds) + ids.shape[1] + new) > context:
         err.print(f"note: {length} tokens pass the spec's context of {context}: positions beyond it extrapolate")
 
 

@@ -185,6 +185,12 @@ def check(model: OrtModel, feeds: dict[str, np.ndarray], role: str | None = None
     return out
 
 
+def cached_tokens(feeds: dict[str, np.ndarray]) -> int:
+    """Tokens a decoder's fed KV cache already holds (0 without one, and for encoder-decoders' decoder)."""
+    past = feeds.get("past_key_values.0.key")
+    return past.shape[2] if past is not None and past.ndim == 4 and "decoder_input_ids" not in feeds else 0
+
+
 def _check_agree(model: OrtModel, feeds: dict[str, np.ndarray]) -> None:
     """Per-token inputs must match input_ids (the mask also covers the past when a cache is fed)."""
     limit = model.max_positions
@@ -194,8 +200,7 @@ def _check_agree(model: OrtModel, feeds: dict[str, np.ndarray]) -> None:
     ids = feeds.get("input_ids")
     if ids is None or ids.ndim != 2:
         return
-    past = feeds.get("past_key_values.0.key")  # decoder-only: the mask spans past + new tokens
-    cached = past.shape[2] if past is not None and past.ndim == 4 and "decoder_input_ids" not in feeds else 0
+    cached = cached_tokens(feeds)  # decoder-only: the mask spans past + new tokens
     expect = {
         "token_type_ids": ids.shape,
         "position_ids": ids.shape,

@@ -31,10 +31,18 @@ def attention_scale(spec: _Transformer) -> float:
         return float(a.scale)
     scale = 1.0 / math.sqrt(head_dim(spec))
     sc = spec.position.scaling if spec.position.type == "rotary" else None
-    if a.latent is not None and sc is not None and sc.type == "yarn" and sc.mscale_all_dim and (sc.factor or 1) > 1:
-        m = 0.1 * sc.mscale_all_dim * math.log(sc.factor or 1) + 1.0
-        scale *= m * m
+    if a.latent is not None and sc is not None:
+        scale *= latent_yarn_factor(sc.type, sc.factor, sc.mscale_all_dim)
     return scale
+
+
+def latent_yarn_factor(kind: str | None, factor: float | None, mscale_all_dim: float | None) -> float:
+    """What latent attention's scale carries beyond head_dim^-½: mscale(factor, mscale_all_dim)² under YaRN with
+    mscale_all_dim and a factor over 1, else 1."""
+    if kind != "yarn" or not mscale_all_dim or (factor or 1) <= 1:
+        return 1.0
+    m = 0.1 * mscale_all_dim * math.log(factor or 1) + 1.0
+    return m * m
 
 
 def kv_heads(spec: _Transformer) -> int:

@@ -8,12 +8,12 @@ parameter set) depends on are ``structural``: ops that differ in them never shar
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ....ir.graph import Op
+from ....spec.resolve import latent_yarn_factor
 
 Attr = Callable[[str], str]
 
@@ -321,11 +321,9 @@ def _latent_scale(op: Op, a: Attr) -> str:
     """The core's scale; under YaRN with mscale_all_dim, head_dim^-½ · mscale² as that expression of the head
     dims (where it gives the same float), so a variant's scale follows its own head dims."""
     sc = op.attrs.rope_scaling or {}
-    all_dim, factor = sc.get("mscale_all_dim"), sc.get("factor") or 1.0
-    if sc.get("type") == "yarn" and all_dim and factor > 1:
-        m = 0.1 * all_dim * math.log(factor) + 1.0
-        if 1.0 / float(op.attrs.head_dim) ** 0.5 * (m * m) == op.attrs.scale:
-            return f"1.0 / ({a('nope_head_dim')} + {a('rope_head_dim')}) ** 0.5 * {m * m!r}"
+    f = latent_yarn_factor(sc.get("type"), sc.get("factor"), sc.get("mscale_all_dim"))
+    if f != 1.0 and 1.0 / float(op.attrs.head_dim) ** 0.5 * f == op.attrs.scale:
+        return f"1.0 / ({a('nope_head_dim')} + {a('rope_head_dim')}) ** 0.5 * {f!r}"
     return a("scale")
 
 
