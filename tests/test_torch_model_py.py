@@ -181,7 +181,7 @@ def _same(want: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> None:
 
 # Line budgets reached so far (issue 25 asks GPT-2 ≤ 250 and a Llama without RoPE scaling ≤ 300): a change that
 # lets model.py grow fails here; one that shrinks it lowers the number.
-BUDGETS = {"gpt2": 339, "llama2-7b": 350}
+BUDGETS = {"gpt2": 339, "llama2-7b": 347}
 
 
 @pytest.mark.parametrize("preset", sorted(BUDGETS))

@@ -33,7 +33,7 @@ TABLE = Table(
         "blocks.*.mlp.fc2.bias": "{p}h.*.mlp.c_proj.bias",
     },
     prefix="transformer.",
-    ignore=(r"^({p})?h\.\d+\.attn\.(bias|masked_bias)$",),  # causal-mask tables old checkpoints stored
+    ignore=(r"^{p}h\.\d+\.attn\.(bias|masked_bias)$",),  # causal-mask tables old checkpoints stored
 )
 
 

@@ -80,4 +80,8 @@ TABLE = Table(
 
 def plan(g: LayerGraph, names: set[str]) -> Plan:
     tied = (("{p}embed_tokens.weight", "lm_head.weight"),) if tied_head(g) else ()
-    return table_plan(replace(TABLE, tied=tied), g, names)
+    rows = dict(TABLE.rows)
+    if not any(re.fullmatch(r"blocks\.\d+\.norm2_post\.\w+", n) for n in g.params()):
+        # pre_feedforward_layernorm comes only with Gemma 2/3's post-MLP norm: without one, norm2 has one name
+        rows["blocks.*.norm2.{k}"] = f"{_L}post_attention_layernorm.{{k}}"
+    return table_plan(replace(TABLE, rows=rows, tied=tied), g, names)
