@@ -364,9 +364,9 @@ VARIANT_OF = {  # preset → (Config fields, further spec settings the variant's
     "bert-base": ({"context": 16}, []),
     "whisper-large-v3": ({"context": 16, "encoder_blocks": 2, "decoder_blocks": 1, "vocab_size": 51866}, []),
     "flan-t5-xl": ({"encoder_blocks": 1, "decoder_blocks": 2}, ["attention.head_dim=8"]),
-    # Gemma's query_pre_attn_scalar is its head_dim: model.py writes the default scale, head_dim^-½
-    "gemma2-9b": ({"kv_heads": 2, "head_dim": 8, "blocks": 3}, [f"attention.scale={8**-0.5}"]),  # sliding / full
-    "gemma3-1b": ({"kv_heads": 1, "head_dim": 8, "blocks": 7}, [f"attention.scale={8**-0.5}"]),  # 5 sliding, 1 full
+    # Gemma states its score scale (query_pre_attn_scalar ** -0.5): a variant of head_dim 8 keeps 1/16, as HF does
+    "gemma2-9b": ({"kv_heads": 2, "head_dim": 8, "blocks": 3}, []),  # sliding / full
+    "gemma3-1b": ({"kv_heads": 1, "head_dim": 8, "blocks": 7}, []),  # 5 sliding, 1 full
     "modernbert-base": ({"blocks": 4}, []),  # the first block apart, then global / local / local
     "llama4-scout": ({"kv_heads": 2, "experts": 4, "active": 1, "blocks": 5}, ["mlp.shared.hidden=48"]),  # NoPE
     "qwen3-30b-a3b": ({"kv_heads": 2, "head_dim": 8, "experts": 4, "active": 2}, []),

@@ -26,8 +26,9 @@ from .hf_config_write import CANDIDATES, WRITERS, Inexpressible, config
 from .hf_import import import_hf
 from .registry import by_architecture
 
-# op attributes that change training only (dropout, init), and graph facts that name or describe the model
-_TRAINING_ATTRS = {"dropout", "init"}
+# op attributes that change training only (dropout, init) or say where a value came from (a stated scale equal to
+# 1/√head_dim is the function HF computes), and graph facts that name or describe the model
+_NOT_COMPARED = {"dropout", "init", "scale_stated"}
 _META_KEPT = ("family", "task", "context", "vocab_size", "max_positions", "positions_follow", "target_vocab_size")
 # op kind → the spec key to blame when HF's config gives it other attributes
 _BLAME = {"attention": ("attention",), "layernorm": ("norm",), "rmsnorm": ("norm",), "embedding": ("vocab_size",)}
@@ -123,7 +124,7 @@ def _function(g: LayerGraph) -> dict[str, Any]:
     d = g.to_dict()
     d["meta"] = {k: d["meta"].get(k) for k in _META_KEPT}
     for op in d["ops"]:
-        op["attrs"] = {k: v for k, v in op["attrs"].items() if k not in _TRAINING_ATTRS}
+        op["attrs"] = {k: v for k, v in op["attrs"].items() if k not in _NOT_COMPARED}
     return d
 
 

@@ -514,6 +514,7 @@ class AttentionAttrs(OpAttrs):
     window: int | None = None
     prefix: int | None = None
     scale: float | None = None  # None: 1/√head_dim (lowering always resolves it)
+    scale_stated: bool = False  # the spec states `scale`: a variant of other head_dim keeps it (Gemma's)
     softcap: float | None = None
     chunk: int | None = None
     rope_dims: int = 0
@@ -585,6 +586,7 @@ class LatentAttentionAttrs(OpAttrs):
     prefix: int | None = None
     chunk: int | None = None
     scale: float | None = None  # None: (nope + rope)^-½ (lowering always resolves it)
+    scale_stated: bool = False  # the spec states `scale`: a variant of other head dims keeps it
     rope_dims: int = 0
     rope_theta: float = 10000.0
     rope_scaling: dict[str, Any] | None = None

@@ -50,6 +50,7 @@ def _attention(c: Context, p: str, x: str, layer: int, mask: str, memory: str | 
         window=s.attention.window,
         prefix=s.attention.prefix,
         scale=s.attention.scale if s.attention.scale is not None else 1.0 / math.sqrt(hd),
+        scale_stated=s.attention.scale is not None,
         softcap=s.attention.softcap,
         chunk=s.attention.chunk,
         rope_dims=int(resolve.rotary_dims(s)) if rope else 0,  # a rule made it an even whole number
@@ -121,6 +122,7 @@ def _latent_attention(c: Context, p: str, x: str, layer: int, mask: str) -> str:
         prefix=s.attention.prefix,
         chunk=s.attention.chunk,
         scale=resolve.attention_scale(s),
+        scale_stated=s.attention.scale is not None,
         rope_dims=int(resolve.rotary_dims(s)) if rope else 0,
         rope_theta=s.position.theta,
         rope_scaling=_rope_scaling(s) if rope else None,

@@ -258,7 +258,8 @@ ROTARY_KWARGS = ("rope_scaling", "rope_interleaved")
 
 def _attention_ctor(op: Op, a: Attr) -> str:
     head = f"{a('heads')}, {a('kv_heads')}, {a('head_dim')}"
-    scale = 1.0 / op.attrs.head_dim**0.5  # written only when it is not 1/√head_dim
+    # written where the spec states it (a variant keeps it) or it is not 1/√head_dim
+    scale = None if op.attrs.scale_stated else 1.0 / op.attrs.head_dim**0.5
     if op.attrs.cross:
         return f"CrossAttention({head}{_kwargs(a, op, ('scale', 'dropout'), scale=scale)})"
     kwargs = _kwargs(a, op, SELF_ATTENTION_KWARGS, scale=scale)
@@ -322,7 +323,7 @@ def _latent_scale(op: Op, a: Attr) -> str:
     dims (where it gives the same float), so a variant's scale follows its own head dims."""
     sc = op.attrs.rope_scaling or {}
     f = latent_yarn_factor(sc.get("type"), sc.get("factor"), sc.get("mscale_all_dim"))
-    if f != 1.0 and 1.0 / float(op.attrs.head_dim) ** 0.5 * f == op.attrs.scale:
+    if f != 1.0 and not op.attrs.scale_stated and 1.0 / float(op.attrs.head_dim) ** 0.5 * f == op.attrs.scale:
         return f"1.0 / ({a('nope_head_dim')} + {a('rope_head_dim')}) ** 0.5 * {f!r}"
     return a("scale")
 
@@ -330,7 +331,8 @@ def _latent_scale(op: Op, a: Attr) -> str:
 def _latent_attention_ctor(op: Op, a: Attr) -> str:
     head = f"{a('heads')}, {a('nope_head_dim')}, {a('rope_head_dim')}, {a('v_head_dim')}, {a('kv_rank')}"
     scaled = lambda key: _latent_scale(op, a) if key == "scale" else a(key)
-    kwargs = _kwargs(scaled, op, SELF_ATTENTION_KWARGS, scale=1.0 / op.attrs.head_dim**0.5)
+    default = None if op.attrs.scale_stated else 1.0 / op.attrs.head_dim**0.5  # a stated scale is written
+    kwargs = _kwargs(scaled, op, SELF_ATTENTION_KWARGS, scale=default)
     return f"LatentAttention({head}{kwargs}{_rotary(op, a)})"
 
 
