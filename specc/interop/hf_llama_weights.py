@@ -33,9 +33,9 @@ TABLE = Table(
         "embed.weight": "{p}embed_tokens.weight",
         "norm_f.{k}": "{p}norm.{k}",
         "blocks.*.norm1.{k}": f"{_L}input_layernorm.{{k}}",
-        # Gemma 2/3 call the pre-MLP norm pre_feedforward_layernorm and use post_attention_layernorm for the norm
-        # after attention (sandwich), as OLMo-2 does (output placement)
-        "blocks.*.norm2.{k}": [f"{_L}pre_feedforward_layernorm.{{k}}", f"{_L}post_attention_layernorm.{{k}}"],
+        # the pre-MLP norm; Gemma 2/3's sandwich calls it pre_feedforward_layernorm (plan) and uses
+        # post_attention_layernorm for the norm after attention, as OLMo-2 does (output placement)
+        "blocks.*.norm2.{k}": f"{_L}post_attention_layernorm.{{k}}",
         "blocks.*.norm1_post.{k}": f"{_L}post_attention_layernorm.{{k}}",
         "blocks.*.norm2_post.{k}": f"{_L}post_feedforward_layernorm.{{k}}",
         "blocks.*.attn.qkv.{k}": [
@@ -81,7 +81,7 @@ TABLE = Table(
 def plan(g: LayerGraph, names: set[str]) -> Plan:
     tied = (("{p}embed_tokens.weight", "lm_head.weight"),) if tied_head(g) else ()
     rows = dict(TABLE.rows)
-    if not any(re.fullmatch(r"blocks\.\d+\.norm2_post\.\w+", n) for n in g.params()):
-        # pre_feedforward_layernorm comes only with Gemma 2/3's post-MLP norm: without one, norm2 has one name
-        rows["blocks.*.norm2.{k}"] = f"{_L}post_attention_layernorm.{{k}}"
+    if any(re.fullmatch(r"blocks\.\d+\.norm2_post\.\w+", n) for n in g.params()):
+        # a post-MLP norm comes with Gemma 2/3's sandwich alone, whose post_attention_layernorm is norm1_post
+        rows["blocks.*.norm2.{k}"] = f"{_L}pre_feedforward_layernorm.{{k}}"
     return table_plan(replace(TABLE, rows=rows, tied=tied), g, names)

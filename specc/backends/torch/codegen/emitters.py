@@ -256,10 +256,15 @@ SELF_ATTENTION_KWARGS = ("mask", "scale", "window", "prefix", "dropout", "chunk"
 ROTARY_KWARGS = ("rope_scaling", "rope_interleaved")
 
 
+def _unwritten_scale(op: Op) -> float | None:
+    """The scale a core's constructor is not given: 1/√head_dim, its default, unless the spec states the scale
+    (then written whatever its value, so a variant of other head dims keeps it)."""
+    return None if op.attrs.scale_stated else 1.0 / op.attrs.head_dim**0.5
+
+
 def _attention_ctor(op: Op, a: Attr) -> str:
     head = f"{a('heads')}, {a('kv_heads')}, {a('head_dim')}"
-    # written where the spec states it (a variant keeps it) or it is not 1/√head_dim
-    scale = None if op.attrs.scale_stated else 1.0 / op.attrs.head_dim**0.5
+    scale = _unwritten_scale(op)
     if op.attrs.cross:
         return f"CrossAttention({head}{_kwargs(a, op, ('scale', 'dropout'), scale=scale)})"
     kwargs = _kwargs(a, op, SELF_ATTENTION_KWARGS, scale=scale)
@@ -331,8 +336,7 @@ def _latent_scale(op: Op, a: Attr) -> str:
 def _latent_attention_ctor(op: Op, a: Attr) -> str:
     head = f"{a('heads')}, {a('nope_head_dim')}, {a('rope_head_dim')}, {a('v_head_dim')}, {a('kv_rank')}"
     scaled = lambda key: _latent_scale(op, a) if key == "scale" else a(key)
-    default = None if op.attrs.scale_stated else 1.0 / op.attrs.head_dim**0.5  # a stated scale is written
-    kwargs = _kwargs(scaled, op, SELF_ATTENTION_KWARGS, scale=default)
+    kwargs = _kwargs(scaled, op, SELF_ATTENTION_KWARGS, scale=_unwritten_scale(op))
     return f"LatentAttention({head}{kwargs}{_rotary(op, a)})"
 
 
