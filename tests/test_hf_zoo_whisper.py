@@ -21,6 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import specc
+from specc.backends.torch import GenerationError
 from specc.interop import import_hf
 
 transformers = pytest.importorskip("transformers")
@@ -124,6 +125,8 @@ def test_greedy_generation_from_input_features_matches_hf_generate(whisper: Save
     got = model.generate(features, n, use_cache=True)  # the spec's decoder_start_token (3) starts it
     assert got[:, 0].tolist() == [3, 3] and got[:, 1:].tolist() == want.tolist()
     assert model.generate(features, n, use_cache=False)[:, 1:].tolist() == want.tolist()
+    with pytest.raises(GenerationError, match="takes no attention_mask"):  # not ignored: Whisper has no such input
+        model.generate(features, n, attention_mask=torch.ones(2, 3000, dtype=torch.long))
 
     from specc.runtime.generate import greedy
     from specc.runtime.onnx_model import OrtModel
@@ -269,6 +272,8 @@ def test_standalone_model_py_loads_the_checkpoint_and_generates_as_hf(whisper: S
         ours = specc.build_torch(whisper.spec, weights=whisper.weights)(**x)
         torch.testing.assert_close(model(**x), ours, atol=1e-5, rtol=0)
     _close(whisper, x, model(**x).detach())
+    with pytest.raises(module.GenerationError, match="takes no attention_mask"):
+        model.generate(x["input_features"], 2, attention_mask=torch.ones(2, 3000, dtype=torch.long))
     seeded = module.build()  # no weights: the table computed, as specc computes it
     torch.testing.assert_close(
         seeded.get_parameter("encoder.pos.weight"), specc.build_torch(whisper.spec).get_parameter("encoder.pos.weight")

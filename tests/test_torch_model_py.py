@@ -167,10 +167,27 @@ def test_every_family_gives_build_torch_outputs(case: str, tmp_path: Path) -> No
         want = _dims(dims, names)
         if want is not None and line in seen:
             assert all(_fits(shape, want) for shape in seen[line]), (case, line, dims, seen[line])
+    _run_usage(text, standalone, inputs)
     gen = torch.Generator().manual_seed(7)  # weights unlike the seeded init: a loader that re-initialises shows
     weights = {k: v + 0.1 * torch.randn(v.shape, generator=gen) for k, v in module.state_dict().items()}
     standalone.load_state_dict(weights)
     _same(_outputs(build_torch(spec, weights=weights), inputs), _outputs(standalone, inputs))
+
+
+def _run_usage(text: str, model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> None:
+    """The header's example line runs as written (2 new tokens for 20) and returns what its comment says."""
+    usage = text.split("\n")[2]
+    assert usage.startswith("model = build(); ")
+    scope: dict[str, Any] = {"build": lambda: model, **inputs}
+    exec(usage.split("  #")[0].replace(", 20)", ", 2)"), scope)
+    if "out" in scope:
+        assert isinstance(scope["out"], dict) and list(scope["out"]) == list(type(model).OUTPUTS), usage
+    else:
+        assert isinstance(scope["logits"], torch.Tensor), usage
+        assert ("return_all=True" in usage) == ("return_all" in model.forward.__code__.co_varnames), usage
+    if "tokens" in scope:
+        prompt = 1 if "decoder_input_ids" in inputs else inputs["input_ids"].shape[1]  # the start token or the ids
+        assert scope["tokens"].shape[1] == prompt + 2, usage
 
 
 def _same(want: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> None:

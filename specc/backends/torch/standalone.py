@@ -177,12 +177,7 @@ def model_py_source(spec: Any, weights_file: str | None) -> str:
         "from pathlib import Path",
     ]
 
-    usage = {
-        "causal_lm": "logits = model(input_ids); tokens = model.generate(input_ids, 20)  # KV cache, sampling options",
-        "seq2seq": "logits = model(input_ids, decoder_input_ids); tokens = model.generate(input_ids, 20)",
-        "image_classification": "logits = model(pixel_values)  # [B, classes]",
-    }.get(graph.meta["task"], "out = model(input_ids)  # a dict of outputs")
-    usage = f"model = build(); {usage}"
+    usage = f"model = build(); {_usage(src.body, src.root, graph)}"
     hf = " or Hugging Face" if names else ""
     header = f'''"""{name}, written by specc {__version__}: the layers it uses, then one class per kind of block.
 Needs torch (safetensors for weights), not specc. build() loads WEIGHTS (specc{hf} names) or seeds them:
@@ -225,6 +220,26 @@ def build(weights: str | None = WEIGHTS, device: str | None = None, dtype: str |
     imports = _merged_imports(imports)
     text = header + "\n".join(imports) + "\n\n\n" + used
     return ruff_format(text)
+
+
+def _usage(body: str, root: str, graph: Any) -> str:
+    """The header's example call, read from the root's ``forward`` (its required arguments) and the graph's outputs:
+    what a call returns and, where the model generates, how."""
+    cls = next(n for n in ast.parse(body).body if isinstance(n, ast.ClassDef) and n.name == root)
+    forward = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
+    args = [a.arg for a in forward.args.args[1:]][: len(forward.args.args) - 1 - len(forward.args.defaults)]
+    call, outputs = f"model({', '.join(args)})", list(graph.outputs)
+    if outputs == ["logits"]:
+        text = f"logits = {call}"
+    elif "logits" in outputs:
+        text = f"logits = {call}  # return_all=True: a dict of {', '.join(outputs)}"
+    else:
+        text = f"out = {call}  # a dict of {', '.join(outputs)}"
+        text = text if len(text) < 100 else f"out = {call}  # a dict of the {len(outputs)} OUTPUTS"
+    if graph.meta["task"] in STEP_INPUTS:
+        text += f"; tokens = model.generate({args[0]}, 20)"
+        text += "  # KV cache, sampling options" * (len(text) < 70)
+    return text
 
 
 def ruff_format(text: str) -> str:

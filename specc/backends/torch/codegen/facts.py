@@ -78,6 +78,7 @@ def model_facts(graph: LayerGraph) -> Facts:
         "self.interleaved": sorted({a.rope_interleaved for a in rotary}),
         "self.kv_heads != self.heads": sorted({a.kv_heads != a.heads for a in attention}),  # GQA in SDPA
         "self.STEP_INPUT": [STEP_INPUTS.get(graph.meta["task"])],
+        '"attention_mask" not in self.INPUTS': ["attention_mask" not in graph.inputs],
         "self.TIED": [{op.name: op.attrs.tied_to for op in ops if getattr(op.attrs, "tied_to", None)}],
         "self.positions_from": [None] if "positions_follow" not in meta else [None, SOMETHING],
     }

@@ -121,8 +121,8 @@ class Model(nn.Module):
         1) from the source ``input_ids`` (token ids, or Whisper's input_features). Options: ``seed``,
         ``eos_token_id``, ``use_cache`` (False: recompute every step) and pick_tokens' temperature / top_k / top_p."""
         seq2seq = self.STEP_INPUT == "decoder_input_ids"
-        prompt = input_ids
-        fixed = {}
+        if attention_mask is not None and "attention_mask" not in self.INPUTS:  # Whisper: input_features alone
+            raise GenerationError(f"{type(self).__name__} takes no attention_mask")
         if seq2seq:  # the source: token ids with their mask, or (Whisper) input_features alone
             source = {self.INPUTS[0]: input_ids, "attention_mask": attention_mask}
             fixed = {k: v for k, v in source.items() if k in self.INPUTS}
@@ -130,6 +130,9 @@ class Model(nn.Module):
             start = input_ids.new_full((len(input_ids), 1), first, dtype=torch.long)
             prompt = options.pop("decoder_input_ids", None)
             prompt = start if prompt is None else prompt
+        else:
+            prompt = input_ids
+            fixed = {}
         seed, eos_token_id = options.pop("seed", None), options.pop("eos_token_id", None)
         use_cache = options.pop("use_cache", True)  # the rest of the options: sampling
         b, n = prompt.shape
