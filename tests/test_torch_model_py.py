@@ -185,6 +185,7 @@ def _run_usage(text: str, model: torch.nn.Module, inputs: dict[str, torch.Tensor
     else:
         assert isinstance(scope["logits"], torch.Tensor), usage
         assert ("return_all=True" in usage) == ("return_all" in model.forward.__code__.co_varnames), usage
+    assert ("tokens" in scope) == callable(getattr(model, "generate", None)), usage  # shown where it generates
     if "tokens" in scope:
         prompt = 1 if "decoder_input_ids" in inputs else inputs["input_ids"].shape[1]  # the start token or the ids
         assert scope["tokens"].shape[1] == prompt + 2, usage

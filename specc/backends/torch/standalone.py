@@ -227,18 +227,21 @@ def _usage(body: str, root: str, graph: Any) -> str:
     what a call returns and, where the model generates, how."""
     cls = next(n for n in ast.parse(body).body if isinstance(n, ast.ClassDef) and n.name == root)
     forward = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
-    args = [a.arg for a in forward.args.args[1:]][: len(forward.args.args) - 1 - len(forward.args.defaults)]
+    required = forward.args.args[1 : len(forward.args.args) - len(forward.args.defaults)]  # after self
+    args = [a.arg for a in required]
     call, outputs = f"model({', '.join(args)})", list(graph.outputs)
+    room = 120 - len("model = build(); ")  # the header line stays within ruff's line length
     if outputs == ["logits"]:
         text = f"logits = {call}"
     elif "logits" in outputs:
         text = f"logits = {call}  # return_all=True: a dict of {', '.join(outputs)}"
     else:
         text = f"out = {call}  # a dict of {', '.join(outputs)}"
-        text = text if len(text) < 100 else f"out = {call}  # a dict of the {len(outputs)} OUTPUTS"
+        text = text if len(text) <= room else f"out = {call}  # a dict of the {len(outputs)} OUTPUTS"
     if graph.meta["task"] in STEP_INPUTS:
         text += f"; tokens = model.generate({args[0]}, 20)"
-        text += "  # KV cache, sampling options" * (len(text) < 70)
+        note = "  # KV cache, sampling options"
+        text += note if len(text + note) <= room else ""
     return text
 
 
